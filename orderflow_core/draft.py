@@ -1,0 +1,190 @@
+"""A scratch copy of an aggregate that a decision edits and then turns into one `Change`."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from orderflow_core import transitions
+from orderflow_core.context import Context
+from orderflow_core.model import (
+    ApiIdempotency,
+    AuditEntry,
+    Change,
+    Claim,
+    HistoryEntry,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+    Refund,
+    Step,
+)
+from orderflow_core.states import DUE_STATUSES, OrderState, StepKind, StepStatus
+
+# Event ids are uuid5 under this namespace: the same event of the same order has the same id.
+EVENT_NAMESPACE = uuid.UUID("6f1d7a52-3c7e-4b8e-9a41-0e5c2b7d9f10")
+
+
+class Draft:
+    """Collects the edits of one decision; `change()` returns them as one atomic `Change`."""
+
+    def __init__(self, aggregate: OrderAggregate, ctx: Context) -> None:
+        self.ctx = ctx
+        self.order = aggregate.order
+        self._order_changed = False
+        self._steps = {s.step_id: s for s in aggregate.steps}
+        self._refunds = {r.refund_id: r for r in aggregate.refunds}
+        self._changed_steps: dict[UUID, Step] = {}
+        self._changed_refunds: dict[UUID, Refund] = {}
+        self.history: list[HistoryEntry] = []
+        self.events: list[OutboxEvent] = []
+        self.audit: list[AuditEntry] = []
+
+    # -- reading -------------------------------------------------------------------------------
+    @property
+    def now(self) -> Any:
+        return self.ctx.now
+
+    def step(self, step_id: UUID) -> Step:
+        return self._steps[step_id]
+
+    def steps_of(self, kind: StepKind) -> list[Step]:
+        return sorted((s for s in self._steps.values() if s.kind is kind), key=lambda s: s.seq)
+
+    def latest(self, kind: StepKind) -> Step | None:
+        found = self.steps_of(kind)
+        return found[-1] if found else None
+
+    def active(self, kind: StepKind) -> list[Step]:
+        """Steps of `kind` that are due or running."""
+        return [s for s in self.steps_of(kind) if s.is_due_or_running]
+
+    def refund(self, refund_id: UUID) -> Refund:
+        return self._refunds[refund_id]
+
+    @property
+    def refunds(self) -> list[Refund]:
+        return list(self._refunds.values())
+
+    # -- writing -------------------------------------------------------------------------------
+    def set_order(self, **fields: Any) -> None:
+        self.order = attrs.evolve(self.order, updated_at=self.now, **fields)
+        self._order_changed = True
+
+    def move(self, to: OrderState, reason: str) -> None:
+        """Change the order's state through the transition table, with history, event, audit."""
+        current = self.order.state
+        transitions.check(current, to, self.order.process_version)
+        self.set_order(state=to, state_reason=reason)
+        self.history.append(
+            HistoryEntry(
+                self.order.order_id,
+                self.order.event_seq + 1,
+                current,
+                to,
+                self.now,
+                self.ctx.actor,
+                reason,
+            )
+        )
+        payload = {"from": current.value, "to": to.value, "reason": reason, "actor": self.ctx.actor}
+        self.emit(f"order.{to.value}", payload)
+        self.note("order.transition", to.value, from_state=current.value, reason=reason)
+
+    def emit(self, event_type: str, payload: dict[str, Any]) -> None:
+        seq = self.order.event_seq + 1
+        self.set_order(event_seq=seq)
+        order_id = self.order.order_id
+        event_id = uuid.uuid5(EVENT_NAMESPACE, f"{order_id}:{seq}")
+        body = {"order_id": str(order_id), **payload}
+        self.events.append(OutboxEvent(event_id, order_id, event_type, body, self.now))
+
+    def note(self, action: str, outcome: str, step_id: UUID | None = None, **details: Any) -> None:
+        self.audit.append(
+            AuditEntry(
+                self.order.order_id, self.now, self.ctx.actor, action, outcome, step_id, details
+            )
+        )
+
+    def put_step(self, step: Step) -> Step:
+        self._steps[step.step_id] = step
+        self._changed_steps[step.step_id] = step
+        return step
+
+    def update_step(self, step_id: UUID, **fields: Any) -> Step:
+        return self.put_step(attrs.evolve(self._steps[step_id], **fields))
+
+    def put_refund(self, refund: Refund) -> Refund:
+        self._refunds[refund.refund_id] = refund
+        self._changed_refunds[refund.refund_id] = refund
+        return refund
+
+    def new_step(
+        self, kind: StepKind, *, delay_s: float = 0.0, refund_id: UUID | None = None
+    ) -> Step:
+        seq = max((s.seq for s in self._steps.values()), default=0) + 1
+        order_id = self.order.order_id
+        step = Step(
+            step_id=self.ctx.new_id(),
+            order_id=order_id,
+            kind=kind,
+            seq=seq,
+            status=StepStatus.PENDING,
+            idempotency_key=f"{order_id}:{kind.value}:{seq}",
+            created_at=self.now,
+            max_attempts=self.ctx.timing.retry.attempts_per_budget,
+            next_attempt_at=self.now + timedelta(seconds=delay_s),
+            refund_id=refund_id,
+        )
+        self.note("step.created", kind.value, step.step_id)
+        return self.put_step(step)
+
+    def cancel_waiting(self, kind: StepKind, reason: str) -> None:
+        """Cancel steps of `kind` that wait to run (never one that is running)."""
+        for step in self.steps_of(kind):
+            if step.status in DUE_STATUSES:
+                self.update_step(
+                    step.step_id,
+                    status=StepStatus.CANCELLED,
+                    last_error=reason,
+                    next_attempt_at=None,
+                )
+                self.note("step.cancelled", kind.value, step.step_id, reason=reason)
+
+    def change(
+        self,
+        *,
+        claim: Claim | None = None,
+        idempotency: ApiIdempotency | None = None,
+    ) -> Change:
+        on_reject = None
+        if claim is not None:
+            on_reject = AuditEntry(
+                self.order.order_id,
+                self.now,
+                claim.owner,
+                "step.result_rejected",
+                "stale_generation",
+                claim.step_id,
+                {"attempt": claim.attempt},
+            )
+        return Change(
+            order=self.order if self._order_changed else None,
+            steps=tuple(self._changed_steps.values()),
+            refunds=tuple(self._changed_refunds.values()),
+            history=tuple(self.history),
+            events=tuple(self.events),
+            audit=tuple(self.audit),
+            idempotency=idempotency,
+            guard=claim.guard if claim else None,
+            on_reject=on_reject,
+        )
+
+
+def new_order_draft(order: Order, ctx: Context) -> Draft:
+    """A draft for an order that does not exist yet."""
+    return Draft(OrderAggregate(order=order), ctx)

@@ -1,0 +1,190 @@
+"""The executor: claims due steps, commits the intent, calls out under a deadline while renewing
+the lease, and commits the result only under the generation it claimed (CONTRACT §2, rule 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random as _random
+import uuid
+from collections.abc import Awaitable, Callable
+from uuid import UUID
+
+from orderflow_core import saga
+from orderflow_core.calls import CallPlan, perform
+from orderflow_core.context import Context, Timing
+from orderflow_core.errors import NotFound, StoreUnavailable
+from orderflow_core.model import Claim
+from orderflow_core.outcomes import Outcome, UnknownOutcome
+from orderflow_core.ports import Clock, OrderStore, Services
+
+log = logging.getLogger("orderflow.executor")
+
+# A hook called at `before_call`, `after_call` and `after_commit`; tests stop or crash it there.
+Checkpoint = Callable[[str, Claim], Awaitable[None]]
+
+
+async def _no_checkpoint(name: str, claim: Claim) -> None:
+    del name, claim
+
+
+class LeaseLost(Exception):
+    """The step's lease was taken or ran out while the call was in flight."""
+
+
+class Executor:
+    """Runs steps for one worker; any number of executors may share one store."""
+
+    def __init__(
+        self,
+        *,
+        store: OrderStore,
+        services: Services,
+        clock: Clock,
+        worker_id: str,
+        timing: Timing | None = None,
+        checkpoint: Checkpoint | None = None,
+        new_id: Callable[[], UUID] = uuid.uuid4,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        self.store = store
+        self.services = services
+        self.clock = clock
+        self.worker_id = worker_id
+        self.timing = timing or Timing()
+        self._checkpoint = checkpoint or _no_checkpoint
+        self._new_id = new_id
+        self._random = random
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.processed = 0
+
+    def _ctx(self) -> Context:
+        return Context(self.clock.now(), self.worker_id, self.timing, self._new_id, self._random)
+
+    @property
+    def free_slots(self) -> int:
+        return self.timing.max_concurrent - len(self._in_flight)
+
+    def wake(self) -> None:
+        """Claim now instead of at the next poll (a LISTEN/NOTIFY hook calls this)."""
+        self._wake.set()
+
+    async def claim(self, limit: int | None = None) -> list[Claim]:
+        """Lease up to `limit` (default: the free slots) due steps."""
+        wanted = self.free_slots if limit is None else min(limit, self.free_slots)
+        if wanted <= 0:
+            return []
+        return await self.store.claim_due(
+            owner=self.worker_id, now=self.clock.now(), limit=wanted, lease_s=self.timing.lease_s
+        )
+
+    async def run_once(self, limit: int | None = None) -> int:
+        """Claim due steps and run them to the end; returns how many were claimed."""
+        claims = await self.claim(limit)
+        await asyncio.gather(*(self._guarded(c) for c in claims))
+        return len(claims)
+
+    async def run(self) -> None:
+        """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
+        while not self._stopping.is_set():
+            try:
+                for claim in await self.claim():
+                    task = asyncio.create_task(self._guarded(claim))
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._in_flight.discard)
+            except StoreUnavailable as exc:
+                log.warning("claim failed: %s", exc)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.timing.poll_interval_s):
+                    await _first(self._wake.wait(), self._stopping.wait())
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop claiming; let in-flight steps finish within `grace_s`, then abandon them to
+        lease expiry (another executor takes them over; nothing half-done is committed)."""
+        self._stopping.set()
+        if not self._in_flight:
+            return
+        _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _guarded(self, claim: Claim) -> None:
+        try:
+            await self.process(claim)
+        except (StoreUnavailable, NotFound, LeaseLost) as exc:
+            log.warning(
+                "step %s attempt %s left to lease expiry: %s", claim.step_id, claim.attempt, exc
+            )
+        except Exception:
+            log.exception("step %s attempt %s failed unexpectedly", claim.step_id, claim.attempt)
+
+    async def process(self, claim: Claim) -> None:
+        """One attempt of one claimed step: intent, call, result."""
+        plan = await self.store.update(
+            claim.order_id, lambda agg: saga.decide_start(agg, claim, self._ctx())
+        )
+        if plan is None:
+            self.processed += 1
+            return
+        await self._checkpoint("before_call", claim)
+        outcome = await self._call_with_lease(claim, plan)
+        await self._checkpoint("after_call", claim)
+        await self.store.update(
+            claim.order_id, lambda agg: saga.decide_result(agg, claim, outcome, self._ctx())
+        )
+        self.processed += 1
+        await self._checkpoint("after_commit", claim)
+
+    async def _call_with_lease(self, claim: Claim, plan: CallPlan) -> Outcome:
+        call = asyncio.create_task(self._call(plan))
+        heartbeat = asyncio.create_task(self._heartbeat(claim, call))
+        try:
+            return await call
+        except asyncio.CancelledError:
+            if heartbeat.done() and not heartbeat.cancelled() and heartbeat.result():
+                raise LeaseLost(f"lease of step {claim.step_id} lost during the call") from None
+            raise
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _call(self, plan: CallPlan) -> Outcome:
+        try:
+            async with asyncio.timeout(self.timing.call_timeout_s):
+                return await perform(plan, self.services)
+        except TimeoutError:
+            return UnknownOutcome(f"no answer within {self.timing.call_timeout_s:g} s")
+        except Exception as exc:  # an adapter bug must not lose the step: the outcome is unknown
+            log.exception("call of %s raised", plan.kind.value)
+            return UnknownOutcome(f"call raised {type(exc).__name__}")
+
+    async def _heartbeat(self, claim: Claim, call: asyncio.Task[Outcome]) -> bool:
+        """Renew the lease every heartbeat; cancel the call when it is lost. True if lost."""
+        while not call.done():
+            await self.clock.sleep(self.timing.heartbeat_s)
+            try:
+                held = await self.store.renew_lease(
+                    claim, now=self.clock.now(), lease_s=self.timing.lease_s
+                )
+            except StoreUnavailable:
+                continue  # the lease check at commit time still protects the result
+            if not held:
+                call.cancel()
+                return True
+        return False
+
+
+async def _first(*aws: Awaitable[object]) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

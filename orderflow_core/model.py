@@ -1,0 +1,306 @@
+"""Value objects of the order process: frozen, slotted, compared by value."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from orderflow_core.states import (
+    DUE_STATUSES,
+    STOPPED_STATUSES,
+    TERMINAL_STATES,
+    OrderState,
+    RefundStatus,
+    Role,
+    StepKind,
+    StepStatus,
+)
+
+JsonDict = dict[str, Any]
+
+# The steps that carry the order forward; `current_step` is the newest of these.
+MAINLINE_KINDS: frozenset[StepKind] = frozenset(
+    {
+        StepKind.RESERVE,
+        StepKind.CHARGE,
+        StepKind.RECONCILE_PAYMENT,
+        StepKind.SHIP,
+        StepKind.RELEASE_RESERVATION,
+    }
+)
+
+
+@attrs.frozen
+class Principal:
+    """An authenticated caller."""
+
+    user_id: str
+    role: Role
+
+
+@attrs.frozen
+class Item:
+    """One order line; amounts are integer minor units (kopecks)."""
+
+    sku: str
+    quantity: int
+    unit_price_minor: int
+
+    @property
+    def total_minor(self) -> int:
+        return self.quantity * self.unit_price_minor
+
+
+@attrs.frozen
+class Attempt:
+    """One try of a step: its intent (started) and, once known, its result."""
+
+    attempt: int
+    started_at: datetime
+    worker: str
+    finished_at: datetime | None = None
+    # succeeded | refused | transient | unknown | broken | busy | abandoned | not_sent
+    outcome: str | None = None
+    error: str | None = None
+
+
+@attrs.frozen
+class Step:
+    """A unit of external work with one idempotency key reused by every attempt."""
+
+    step_id: UUID
+    order_id: UUID
+    kind: StepKind
+    seq: int  # order-local creation order
+    status: StepStatus
+    idempotency_key: str
+    created_at: datetime
+    attempt: int = 0  # the last attempt number handed out: the generation
+    max_attempts: int = 5
+    armed_attempt: int = 0  # attempt count when the current retry budget began
+    next_attempt_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    last_error: str | None = None
+    result: JsonDict = attrs.field(factory=dict)
+    refund_id: UUID | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def is_due_or_running(self) -> bool:
+        return self.status in DUE_STATUSES or self.status is StepStatus.RUNNING
+
+    @property
+    def is_stopped(self) -> bool:
+        return self.status in STOPPED_STATUSES
+
+
+@attrs.frozen
+class Refund:
+    """A refund: its own operation, state and idempotency key (CONTRACT §1 rule 3)."""
+
+    refund_id: UUID
+    order_id: UUID
+    amount_minor: int
+    reason: str
+    status: RefundStatus
+    requested_by: str
+    created_at: datetime
+    updated_at: datetime
+    step_id: UUID
+    refund_reference: str | None = None
+    last_error: str | None = None
+
+
+@attrs.frozen
+class Order:
+    """The order row: its state, and what is known about its reservation and payment."""
+
+    order_id: UUID
+    customer_id: str
+    items: tuple[Item, ...]
+    total_minor: int
+    currency: str
+    process_version: int
+    state: OrderState
+    created_at: datetime
+    updated_at: datetime
+    event_seq: int = 0  # events emitted so far; makes event ids deterministic
+    state_reason: str | None = None
+    reservation_id: str | None = None
+    reservation_status: str = "none"  # none | held | released | nothing_to_release
+    reserved_at: datetime | None = None
+    reservation_expires_at: datetime | None = None
+    reservation_expired: bool = False
+    payment_status: str = "none"  # none | in_flight | unknown | succeeded | failed
+    payment_reference: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@attrs.frozen
+class HistoryEntry:
+    """One state change of an order."""
+
+    order_id: UUID
+    seq: int
+    from_state: OrderState | None
+    to_state: OrderState
+    at: datetime
+    actor: str
+    reason: str
+
+
+@attrs.frozen
+class AuditEntry:
+    """Who did what to which order and step, when, with what outcome (CONTRACT §1 rule 5)."""
+
+    order_id: UUID
+    at: datetime
+    actor: str
+    action: str
+    outcome: str
+    step_id: UUID | None = None
+    details: JsonDict = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class OutboxEvent:
+    """An event for consumers; `event_id` is deterministic so replays de-duplicate."""
+
+    event_id: UUID
+    order_id: UUID
+    type: str
+    payload: JsonDict
+    created_at: datetime
+    seq: int = 0  # assigned by the store when it is written
+
+
+@attrs.frozen
+class ApiIdempotency:
+    """A client's idempotency key bound to the request that first used it."""
+
+    user_id: str
+    scope: str  # "create_order" or "refund:<order_id>"
+    key: str
+    fingerprint: str
+    resource_id: UUID
+    created_at: datetime
+
+
+@attrs.frozen
+class Guard:
+    """The generation a step result may be committed under: (step, attempt, owner)."""
+
+    step_id: UUID
+    attempt: int
+    owner: str
+
+
+@attrs.frozen
+class Claim:
+    """A step an executor has leased: attempt is the generation it runs under."""
+
+    step_id: UUID
+    order_id: UUID
+    kind: StepKind
+    attempt: int
+    owner: str
+    lease_expires_at: datetime
+
+    @property
+    def guard(self) -> Guard:
+        return Guard(self.step_id, self.attempt, self.owner)
+
+
+@attrs.frozen
+class Change:
+    """Everything one decision writes, applied by the store in one transaction (rule 4).
+
+    `guard`, when set, must still hold in the store (the step is running under that attempt and
+    owner) or the whole change is dropped and only a rejection audit entry is written.
+    """
+
+    order: Order | None = None
+    steps: tuple[Step, ...] = ()
+    refunds: tuple[Refund, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
+    events: tuple[OutboxEvent, ...] = ()
+    audit: tuple[AuditEntry, ...] = ()
+    idempotency: ApiIdempotency | None = None
+    guard: Guard | None = None
+    # Written instead of everything else when `guard` no longer holds (rule 6).
+    on_reject: AuditEntry | None = None
+    # Marks the change as applied once: a second change with this id is a no-op.
+    processed_event_id: UUID | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.order or self.steps or self.refunds or self.audit or self.events)
+
+
+@attrs.frozen
+class OrderAggregate:
+    """An order with its steps and refunds: what every decision reads."""
+
+    order: Order
+    steps: tuple[Step, ...] = ()
+    refunds: tuple[Refund, ...] = ()
+
+    def step(self, step_id: UUID) -> Step | None:
+        return next((s for s in self.steps if s.step_id == step_id), None)
+
+    def steps_of(self, kind: StepKind) -> Iterator[Step]:
+        return (s for s in sorted(self.steps, key=lambda s: s.seq) if s.kind is kind)
+
+    def latest(self, kind: StepKind) -> Step | None:
+        found = list(self.steps_of(kind))
+        return found[-1] if found else None
+
+    def refund(self, refund_id: UUID) -> Refund | None:
+        return next((r for r in self.refunds if r.refund_id == refund_id), None)
+
+    @property
+    def current_step(self) -> Step | None:
+        """The newest mainline step that was not cancelled (or the newest at all)."""
+        mainline = sorted((s for s in self.steps if s.kind in MAINLINE_KINDS), key=lambda s: s.seq)
+        live = [s for s in mainline if s.status is not StepStatus.CANCELLED]
+        if live:
+            return live[-1]
+        return mainline[-1] if mainline else None
+
+    @property
+    def needs_attention(self) -> bool:
+        """Waiting for a person (CONTRACT §1): nothing will move this order by itself."""
+        if self.order.is_terminal:
+            return False
+        if self.order.state is OrderState.SHIPPING_FAILED:
+            return True
+        current = self.current_step
+        if current is not None and current.is_stopped:
+            return True
+        if self.order.state is OrderState.PAYMENT_UNKNOWN:
+            return not any(
+                s.is_due_or_running
+                for s in self.steps
+                if s.kind in (StepKind.RECONCILE_PAYMENT, StepKind.CHARGE)
+            )
+        return False
+
+    def with_change(self, change: Change) -> OrderAggregate:
+        """The aggregate as it reads after `change` is applied (used by in-memory stores)."""
+        steps = {s.step_id: s for s in self.steps}
+        steps.update({s.step_id: s for s in change.steps})
+        refunds = {r.refund_id: r for r in self.refunds}
+        refunds.update({r.refund_id: r for r in change.refunds})
+        return OrderAggregate(
+            order=change.order or self.order,
+            steps=tuple(sorted(steps.values(), key=lambda s: s.seq)),
+            refunds=tuple(sorted(refunds.values(), key=lambda r: r.created_at)),
+        )

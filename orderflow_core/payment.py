@@ -1,0 +1,208 @@
+"""The money part of the saga: charge, reconciliation of an unknown outcome, reservation expiry.
+
+The rules this module exists to keep (CONTRACT §1–2): one key never makes two charges; a charge
+is re-sent only after the provider said no charge exists under its key; a reservation is never
+released while the payment outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from orderflow_core.attempts import call_for, finish_attempt, retry_or_stop, stop, succeed
+from orderflow_core.calls import CallPlan
+from orderflow_core.draft import Draft
+from orderflow_core.model import Attempt, Step
+from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transient
+from orderflow_core.states import OrderState, StepKind, StepStatus
+
+# Attempt outcomes that prove the provider applied no charge.
+# "not_charged": an attempt the provider's status call later proved had charged nothing.
+CHARGED_NOTHING = frozenset({"transient", "busy", "refused", "not_sent", "not_charged"})
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+def charged_nothing(step: Step) -> bool:
+    """Every attempt of the charge step is known to have charged nothing."""
+    return all(a.outcome in CHARGED_NOTHING for a in step.attempts)
+
+
+def start_charge(d: Draft, step: Step) -> CallPlan | None:
+    """Send the charge — unless an earlier attempt may have charged, or the hold ran out."""
+    if d.order.state is OrderState.RESERVED:
+        d.move(OrderState.PAYING, "charge step started")
+    earlier = [a for a in step.attempts if a.attempt < step.attempt]
+    if not all(a.outcome in CHARGED_NOTHING for a in earlier):
+        _not_sent(d, step)
+        payment_in_doubt(d, step, "an earlier attempt's outcome is unknown")
+        return None
+    if d.order.reservation_expired:
+        _not_sent(d, step)
+        release_after_expiry(d, step)
+        return None
+    d.set_order(payment_status="in_flight")
+    return CallPlan(
+        StepKind.CHARGE,
+        call_for(d, step),
+        amount_minor=d.order.total_minor,
+        currency=d.order.currency,
+    )
+
+
+def _not_sent(d: Draft, step: Step) -> None:
+    finish_attempt(d, step, "not_sent", "decided without calling the provider")
+
+
+def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
+    """Map the charge's outcome: paid, refused → release, unknown → reconcile, transient → retry."""
+    if isinstance(outcome, Succeeded):
+        succeed(d, step, outcome.result)
+        _paid(d, str(outcome.result.get("payment_reference", "")) or None, "payment confirmed")
+    elif isinstance(outcome, Refused):
+        stop(d, step, StepStatus.FAILED, outcome.code)
+        d.set_order(payment_status="failed")
+        _release(d, outcome.code)
+    elif isinstance(outcome, Transient):
+        d.set_order(payment_status="none")
+        if d.order.reservation_expired:
+            stop(d, step, StepStatus.FAILED, outcome.detail or "transient")
+            release_after_expiry(d, d.step(step.step_id))
+        else:
+            retry_or_stop(d, step, outcome)
+    else:
+        # Unknown, pending, or a malformed answer: money may have moved. Never re-send blindly.
+        payment_in_doubt(d, step, outcome.detail or "outcome unknown")
+
+
+def payment_in_doubt(d: Draft, step: Step, reason: str) -> None:
+    """The charge may have happened: payment_unknown, and a status check unless time ran out."""
+    stop(d, step, StepStatus.FAILED, f"{OUTCOME_UNKNOWN}: {reason}")
+    d.set_order(payment_status="unknown")
+    if d.order.state is OrderState.PAYING:
+        d.move(OrderState.PAYMENT_UNKNOWN, reason)
+    if not d.order.reservation_expired and not d.active(StepKind.RECONCILE_PAYMENT):
+        d.new_step(StepKind.RECONCILE_PAYMENT)
+
+
+def release_after_expiry(d: Draft, charge: Step) -> None:
+    """The hold ran out: release if nothing can have been charged, else wait for a person."""
+    if charged_nothing(d.step(charge.step_id)):
+        _release(d, "reservation_expired")
+    elif d.order.state is OrderState.PAYING:
+        d.move(OrderState.PAYMENT_UNKNOWN, "reservation expired with the payment in doubt")
+
+
+def _release(d: Draft, reason: str) -> None:
+    d.cancel_waiting(StepKind.EXPIRE_RESERVATION, reason)
+    d.cancel_waiting(StepKind.CHARGE, reason)
+    d.move(OrderState.RELEASING, reason)
+    d.new_step(StepKind.RELEASE_RESERVATION)
+    d.note("compensation.release_reservation", "requested", reason=reason)
+
+
+def _paid(d: Draft, reference: str | None, reason: str) -> None:
+    d.set_order(payment_status="succeeded", payment_reference=reference)
+    d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "payment confirmed")
+    d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "payment confirmed")
+    d.move(OrderState.PAID, reason)
+    d.new_step(StepKind.SHIP)
+
+
+# -- reconciliation ----------------------------------------------------------------------------
+def start_reconcile(d: Draft, step: Step) -> CallPlan | None:
+    """Ask the provider what happened under the charge's key (a read, safe to repeat)."""
+    charge = d.latest(StepKind.CHARGE)
+    if d.order.state is not OrderState.PAYMENT_UNKNOWN or charge is None:
+        finish_attempt(d, step, "not_sent", "payment no longer unknown")
+        succeed(d, d.step(step.step_id), {"skipped": "payment no longer unknown"})
+        return None
+    return CallPlan(
+        StepKind.RECONCILE_PAYMENT, call_for(d, step), charge_key=charge.idempotency_key
+    )
+
+
+def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
+    """succeeded → paid; failed → release; no charge → re-send with the same key."""
+    charge = d.latest(StepKind.CHARGE)
+    if d.order.state is not OrderState.PAYMENT_UNKNOWN or charge is None:
+        succeed(d, step, {"skipped": "payment no longer unknown"})
+        return
+    if isinstance(outcome, Refused) and outcome.code == "not_found":
+        _no_charge_found(d, step, charge)
+        return
+    if not isinstance(outcome, Succeeded):
+        retry_or_stop(d, step, Broken(outcome.code) if isinstance(outcome, Refused) else outcome)
+        return
+    status = outcome.result.get("status")
+    if status == "succeeded":
+        succeed(d, step, outcome.result)
+        reference = str(outcome.result.get("payment_reference", "")) or None
+        succeed(d, charge, outcome.result)
+        _paid(d, reference, "reconciliation confirmed the charge")
+    elif status == "failed":
+        succeed(d, step, outcome.result)
+        d.set_order(payment_status="failed")
+        _release(d, "payment_failed")
+    elif status == "pending":
+        retry_or_stop(d, step, Transient("charge pending"))
+    else:
+        retry_or_stop(d, step, Broken(f"unexpected status {status!r}"))
+
+
+def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
+    if charge.status is StepStatus.RUNNING:
+        retry_or_stop(d, step, Transient("a charge attempt is still in flight"))
+        return
+    succeed(d, step, {"status": "not_found"})
+    d.set_order(payment_status="none")
+    if d.order.reservation_expired:
+        _release(d, "reservation_expired")
+        return
+    budget = d.ctx.timing.retry.attempts_per_budget
+    d.update_step(
+        charge.step_id,
+        status=StepStatus.PENDING,
+        next_attempt_at=d.now,
+        armed_attempt=charge.attempt,
+        max_attempts=charge.attempt + budget,
+        last_error=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        # What the provider said makes every earlier attempt "charged nothing".
+        attempts=tuple(
+            a if a.outcome in CHARGED_NOTHING else _as_not_charged(a) for a in charge.attempts
+        ),
+    )
+    d.move(OrderState.PAYING, "reconciliation found no charge: re-send with the same key")
+
+
+def _as_not_charged(attempt: Attempt) -> Attempt:
+    return attrs.evolve(attempt, outcome="not_charged")
+
+
+# -- reservation expiry ------------------------------------------------------------------------
+def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
+    """The 15-minute hold ran out: release only if no charge can have taken effect."""
+    finish_attempt(d, step, "succeeded", "")
+    succeed(d, d.step(step.step_id), {"state_at_expiry": d.order.state.value})
+    state = d.order.state
+    if state not in (OrderState.RESERVED, OrderState.PAYING, OrderState.PAYMENT_UNKNOWN):
+        return None
+    d.set_order(reservation_expired=True)
+    d.note("reservation.expired", state.value, step.step_id)
+    charge = d.latest(StepKind.CHARGE)
+    if state is OrderState.PAYMENT_UNKNOWN:
+        d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "reservation expired: manual reconciliation")
+    elif charge is None or charge.status is not StepStatus.RUNNING:
+        if charge is None:
+            _release(d, "reservation_expired")
+        else:
+            release_after_expiry(d, charge)
+    else:
+        d.move(OrderState.PAYMENT_UNKNOWN, "reservation expired with a charge in flight")
+    return None
+
+
+def on_expiry_result(d: Draft, step: Step, outcome: Outcome) -> None:
+    """The expiry timer never calls out, so it never has a result to commit."""
+    raise AssertionError("expire_reservation makes no external call")

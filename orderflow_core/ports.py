@@ -1,0 +1,168 @@
+"""The few ports the core needs; adapters satisfy them structurally."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol, TypeVar
+from uuid import UUID
+
+import attrs
+
+from orderflow_core.model import (
+    ApiIdempotency,
+    AuditEntry,
+    Change,
+    Claim,
+    HistoryEntry,
+    Item,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+    Principal,
+)
+from orderflow_core.outcomes import Outcome
+from orderflow_core.states import OrderState
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Where time comes from: tests drive a FakeClock, production the system clock."""
+
+    def now(self) -> datetime:
+        """An aware UTC datetime."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` of this clock's time."""
+        ...
+
+
+@attrs.frozen
+class CallContext:
+    """What every external call carries (headers `X-Order-Id`, `X-Step-Id`, `Idempotency-Key`)."""
+
+    order_id: UUID
+    step_id: UUID
+    idempotency_key: str
+
+
+class Warehouse(Protocol):
+    """Holds and gives back stock."""
+
+    async def reserve(self, call: CallContext, items: Sequence[Item]) -> Outcome:
+        """Succeeded({reservation_id, status}) or Refused("out_of_stock")."""
+        ...
+
+    async def release(self, call: CallContext, reservation_key: str) -> Outcome:
+        """Succeeded({status: released|nothing_to_release}); the key is the reserve step's."""
+        ...
+
+
+class Payments(Protocol):
+    """Moves money; the status call is how an unknown outcome is resolved."""
+
+    async def charge(self, call: CallContext, amount_minor: int, currency: str) -> Outcome:
+        """Succeeded({payment_reference, status}), Refused("card_declined"); pending: Unknown."""
+        ...
+
+    async def charge_status(self, call: CallContext, charge_key: str) -> Outcome:
+        """Succeeded({status: succeeded|failed|pending, payment_reference?}) or
+        Refused("not_found") when no charge was received under `charge_key`."""
+        ...
+
+    async def refund(self, call: CallContext, payment_reference: str, amount_minor: int) -> Outcome:
+        """Succeeded({refund_reference, status}) or Refused("refund_rejected")."""
+        ...
+
+
+class Shipping(Protocol):
+    """Hands the parcel to a carrier."""
+
+    async def ship(self, call: CallContext, items: Sequence[Item]) -> Outcome:
+        """Succeeded({shipment_id}) or Refused("undeliverable")."""
+        ...
+
+
+@attrs.frozen
+class Services:
+    """The three outbound ports the saga calls."""
+
+    warehouse: Warehouse
+    payments: Payments
+    shipping: Shipping
+
+
+class OrderStore(Protocol):
+    """Durable state of orders and their steps: a unit of work per order.
+
+    Every write goes through `create` or `update`, which apply one `Change` atomically (rule 4).
+    Errors of the underlying technology surface as `StoreUnavailable` (transient) or
+    `DuplicateIdempotencyKey`; nothing else leaks.
+    """
+
+    async def create(self, change: Change) -> None:
+        """Insert a new order with its first steps; `DuplicateIdempotencyKey` if the key exists."""
+        ...
+
+    async def update(
+        self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
+    ) -> T:
+        """Lock the order, let `decide` compute a change from it, apply it, return decide's value.
+
+        If `change.guard` no longer holds when applied, nothing of the change is written except
+        an audit entry of the rejected stale result. Raises `NotFound` for an unknown order.
+        """
+        ...
+
+    async def load(self, order_id: UUID) -> OrderAggregate | None:
+        """The order with its steps (and their attempts) and refunds."""
+        ...
+
+    async def history(self, order_id: UUID) -> list[HistoryEntry]:
+        """Every transition of the order, oldest first."""
+        ...
+
+    async def audit_entries(self, order_id: UUID) -> list[AuditEntry]:
+        """The audit log of the order, oldest first."""
+        ...
+
+    async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
+        """The record a client's idempotency key is bound to, if any."""
+        ...
+
+    async def list_orders(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        """Orders newest first (created_at, order_id descending), strictly before `before`."""
+        ...
+
+    async def claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
+        """Lease up to `limit` steps that are due (pending/retry_scheduled with
+        next_attempt_at <= now) or running with an expired lease: status running,
+        attempt + 1, owner and expiry set, all in one statement."""
+        ...
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
+        ...
+
+    async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
+        """Outbox events with seq > after, oldest first."""
+        ...
+
+
+class Users(Protocol):
+    """Who holds which token; only token hashes are stored."""
+
+    async def principal_for_token_hash(self, token_hash: str) -> Principal | None:
+        """The user whose token hashes to `token_hash`, if any."""
+        ...

@@ -1,0 +1,267 @@
+"""The use cases: each loads, decides with the pure functions, commits through the store."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from uuid import UUID
+
+import attrs
+
+from orderflow_core import commands
+from orderflow_core.context import Context, Timing
+from orderflow_core.errors import (
+    DuplicateIdempotencyKey,
+    Forbidden,
+    IdempotencyKeyReused,
+    InvalidParameter,
+    NotFound,
+    Unauthenticated,
+)
+from orderflow_core.model import (
+    ApiIdempotency,
+    AuditEntry,
+    HistoryEntry,
+    Item,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+    Principal,
+    Refund,
+)
+from orderflow_core.ports import Clock, OrderStore, Users
+from orderflow_core.states import OrderState, Role
+from orderflow_core.validation import check_idempotency_key, check_items, fingerprint
+
+
+@attrs.frozen
+class OrderView:
+    """An order as a reader sees it: the aggregate plus its history."""
+
+    aggregate: OrderAggregate
+    history: tuple[HistoryEntry, ...]
+
+
+def hash_token(token: str) -> str:
+    """Only this digest of a bearer token is ever stored."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class OrderService:
+    """Create, read, cancel, retry, reconcile and refund orders, with roles enforced."""
+
+    def __init__(
+        self,
+        store: OrderStore,
+        clock: Clock,
+        users: Users,
+        *,
+        timing: Timing | None = None,
+        new_id: Callable[[], UUID] = uuid.uuid4,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._users = users
+        self._timing = timing or Timing()
+        self._new_id = new_id
+
+    def _ctx(self, principal: Principal) -> Context:
+        actor = f"{principal.role.value}:{principal.user_id}"
+        return Context(self._clock.now(), actor, self._timing, self._new_id)
+
+    async def authenticate(self, token: str | None) -> Principal:
+        """The principal a bearer token belongs to, or `Unauthenticated`."""
+        if not token:
+            raise Unauthenticated("a bearer token is required")
+        digest = hash_token(token)
+        principal = await self._users.principal_for_token_hash(digest)
+        # The lookup is by digest; compare again in constant time so timing tells nothing.
+        if principal is None or not hmac.compare_digest(digest, hash_token(token)):
+            raise Unauthenticated("unknown token")
+        return principal
+
+    async def create_order(
+        self, principal: Principal, key: str | None, items: Sequence[Item], currency: str
+    ) -> tuple[OrderView, bool]:
+        """Create once per (user, key); a replay returns the same order and `True`."""
+        _require(principal, Role.CUSTOMER)
+        key = check_idempotency_key(key)
+        check_items(items, currency)
+        digest = fingerprint({"items": [attrs.asdict(i) for i in items], "currency": currency})
+        replay = await self._replay(principal, "create_order", key, digest)
+        if replay is not None:
+            return await self._view(replay), True
+        ctx = self._ctx(principal)
+        idem = ApiIdempotency(
+            principal.user_id, "create_order", key, digest, self._new_id(), ctx.now
+        )
+        try:
+            await self._store.create(commands.create_order(principal, items, currency, idem, ctx))
+        except DuplicateIdempotencyKey:
+            replay = await self._replay(principal, "create_order", key, digest)
+            if replay is None:
+                raise
+            return await self._view(replay), True
+        return await self._view(idem.resource_id), False
+
+    async def _replay(self, principal: Principal, scope: str, key: str, digest: str) -> UUID | None:
+        found = await self._store.find_idempotency(principal.user_id, scope, key)
+        if found is None:
+            return None
+        if not hmac.compare_digest(found.fingerprint, digest):
+            raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
+        return found.resource_id
+
+    async def _view(self, order_id: UUID) -> OrderView:
+        aggregate = await self._store.load(order_id)
+        if aggregate is None:
+            raise NotFound(f"order {order_id} not found")
+        return OrderView(aggregate, tuple(await self._store.history(order_id)))
+
+    async def _visible(self, principal: Principal, order_id: UUID) -> OrderAggregate:
+        aggregate = await self._store.load(order_id)
+        if aggregate is None or (
+            principal.role is Role.CUSTOMER and aggregate.order.customer_id != principal.user_id
+        ):
+            raise NotFound(f"order {order_id} not found")
+        return aggregate
+
+    async def get_order(self, principal: Principal, order_id: UUID) -> OrderView:
+        """The order with history, steps, payment and refunds; owners and operators only."""
+        await self._visible(principal, order_id)
+        return await self._view(order_id)
+
+    async def list_orders(
+        self, principal: Principal, *, state: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[Order], str | None]:
+        """Newest first, a page at a time; customers see their own orders only."""
+        if not 1 <= limit <= 100:
+            raise InvalidParameter("limit must be an integer from 1 to 100")
+        wanted = _parse_state(state)
+        before = decode_cursor(cursor) if cursor else None
+        customer = principal.user_id if principal.role is Role.CUSTOMER else None
+        orders = await self._store.list_orders(
+            customer_id=customer, state=wanted, limit=limit + 1, before=before
+        )
+        page = orders[:limit]
+        more = len(orders) > limit
+        return page, encode_cursor(page[-1]) if more and page else None
+
+    async def cancel(self, principal: Principal, order_id: UUID) -> tuple[OrderView, str]:
+        """Cancel per the table; the result says `cancelled`, `cancelling` or `unchanged`."""
+        _require(principal, Role.CUSTOMER)
+        await self._visible(principal, order_id)
+        result = await self._store.update(
+            order_id, lambda agg: commands.cancel(agg, self._ctx(principal))
+        )
+        return await self._view(order_id), result
+
+    async def retry(self, principal: Principal, order_id: UUID) -> OrderView:
+        """Re-arm the current step (same key, a fresh budget of attempts)."""
+        await self._visible(principal, order_id)
+        await self._store.update(
+            order_id, lambda agg: (commands.retry(agg, principal, self._ctx(principal)), None)
+        )
+        return await self._view(order_id)
+
+    async def reconcile(self, principal: Principal, order_id: UUID) -> OrderView:
+        """Queue a status check with the charge's key (operator, payment_unknown only)."""
+        _require(principal, Role.OPERATOR)
+        await self._visible(principal, order_id)
+        await self._store.update(
+            order_id, lambda agg: (commands.reconcile(agg, principal, self._ctx(principal)), None)
+        )
+        return await self._view(order_id)
+
+    async def request_refund(
+        self,
+        principal: Principal,
+        order_id: UUID,
+        key: str | None,
+        amount_minor: int | None,
+        reason: str,
+    ) -> tuple[Refund, bool]:
+        """A refund of a confirmed charge under the operator's idempotency key."""
+        _require(principal, Role.OPERATOR)
+        key = check_idempotency_key(key)
+        await self._visible(principal, order_id)
+        scope = f"refund:{order_id}"
+        digest = fingerprint({"amount_minor": amount_minor, "reason": reason})
+        replayed = await self._replay(principal, scope, key, digest)
+        if replayed is None:
+            ctx = self._ctx(principal)
+            idem = ApiIdempotency(principal.user_id, scope, key, digest, self._new_id(), ctx.now)
+            try:
+                replayed = await self._store.update(
+                    order_id,
+                    lambda agg: commands.request_refund(
+                        agg, principal, amount_minor, reason, idem, ctx
+                    ),
+                )
+            except DuplicateIdempotencyKey:
+                replayed = await self._replay(principal, scope, key, digest)
+                if replayed is None:
+                    raise
+            else:
+                return await self._refund(order_id, replayed), False
+        return await self._refund(order_id, replayed), True
+
+    async def _refund(self, order_id: UUID, refund_id: UUID) -> Refund:
+        aggregate = await self._store.load(order_id)
+        refund = aggregate.refund(refund_id) if aggregate else None
+        if refund is None:
+            raise NotFound(f"refund {refund_id} not found")
+        return refund
+
+    async def audit(self, principal: Principal, order_id: UUID) -> list[AuditEntry]:
+        """The order's audit log, oldest first (operator)."""
+        _require(principal, Role.OPERATOR)
+        await self._visible(principal, order_id)
+        return await self._store.audit_entries(order_id)
+
+    async def events(self, principal: Principal, *, after: int, limit: int) -> list[OutboxEvent]:
+        """The outbox feed, oldest first (operator)."""
+        _require(principal, Role.OPERATOR)
+        if after < 0:
+            raise InvalidParameter("after must be a non-negative integer")
+        if not 1 <= limit <= 1000:
+            raise InvalidParameter("limit must be an integer from 1 to 1000")
+        return await self._store.events(after=after, limit=limit)
+
+
+def _require(principal: Principal, role: Role) -> None:
+    if principal.role is not role:
+        raise Forbidden(f"this needs the {role.value} role")
+
+
+def _parse_state(state: str | None) -> OrderState | None:
+    if state is None:
+        return None
+    try:
+        return OrderState(state)
+    except ValueError:
+        raise InvalidParameter(f"unknown state {state!r}") from None
+
+
+def encode_cursor(order: Order) -> str:
+    """An opaque keyset cursor: the last row's (created_at, order_id)."""
+    raw = f"{order.created_at.isoformat()}|{order.order_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """Parse a cursor made by `encode_cursor`, or raise `InvalidParameter`."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, order_id = raw.split("|")
+        when = datetime.fromisoformat(stamp)
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        return when, UUID(order_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidParameter("cursor is not valid") from None

@@ -1,0 +1,85 @@
+"""The vocabulary of the order process: order states, step kinds and step statuses."""
+
+from __future__ import annotations
+
+import enum
+
+
+class OrderState(enum.StrEnum):
+    """Where an order is in its lifecycle (CONTRACT §1)."""
+
+    CREATED = "created"  # accepted; the reserve step waits to run
+    RESERVING = "reserving"  # the reserve step has started
+    RESERVED = "reserved"  # stock is held; the charge step waits to run
+    PAYING = "paying"  # the charge step has started
+    PAID = "paid"  # money confirmed; the ship step waits to run
+    SHIPPING = "shipping"  # the ship step has started
+    SHIPPED = "shipped"  # terminal: the carrier confirmed
+    RESERVATION_FAILED = "reservation_failed"  # terminal: the warehouse refused
+    PAYMENT_UNKNOWN = "payment_unknown"  # money in doubt; only reconciliation moves it
+    RELEASING = "releasing"  # giving the stock back after a refusal or expiry
+    PAYMENT_FAILED = "payment_failed"  # terminal: refused or expired, stock released
+    CANCELLING = "cancelling"  # giving the stock back after a cancel
+    CANCELLED = "cancelled"  # terminal: cancelled before any money moved
+    SHIPPING_FAILED = "shipping_failed"  # paid but not shipped: a person decides
+    REFUNDED = "refunded"  # terminal: fully refunded after a shipping failure
+
+
+TERMINAL_STATES: frozenset[OrderState] = frozenset(
+    {
+        OrderState.SHIPPED,
+        OrderState.RESERVATION_FAILED,
+        OrderState.PAYMENT_FAILED,
+        OrderState.CANCELLED,
+        OrderState.REFUNDED,
+    }
+)
+
+
+class StepKind(enum.StrEnum):
+    """What a workflow step does; each kind has one saga definition."""
+
+    RESERVE = "reserve"
+    CHARGE = "charge"
+    RECONCILE_PAYMENT = "reconcile_payment"
+    SHIP = "ship"
+    RELEASE_RESERVATION = "release_reservation"
+    EXPIRE_RESERVATION = "expire_reservation"
+    REFUND = "refund"
+
+
+class StepStatus(enum.StrEnum):
+    """The life of one step; attempts live inside it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    RETRY_SCHEDULED = "retry_scheduled"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # retries exhausted, refused, or outcome unknown: see last_error
+    BLOCKED = "blocked"  # permanent technical error: needs a person
+    CANCELLED = "cancelled"
+
+
+DUE_STATUSES: frozenset[StepStatus] = frozenset({StepStatus.PENDING, StepStatus.RETRY_SCHEDULED})
+STOPPED_STATUSES: frozenset[StepStatus] = frozenset({StepStatus.FAILED, StepStatus.BLOCKED})
+FINISHED_STATUSES: frozenset[StepStatus] = frozenset(
+    {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.BLOCKED, StepStatus.CANCELLED}
+)
+
+
+class RefundStatus(enum.StrEnum):
+    """A refund is its own operation with its own state (CONTRACT §1 rule 3)."""
+
+    REQUESTED = "requested"
+    PROCESSING = "processing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+
+
+class Role(enum.StrEnum):
+    """Who is asking; the service enforces what each role may do."""
+
+    CUSTOMER = "customer"
+    OPERATOR = "operator"
+    SYSTEM = "system"

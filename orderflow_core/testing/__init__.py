@@ -1,0 +1,8 @@
+"""In-memory adapters and a fake clock, shipped with the core for embedding and tests."""
+
+from __future__ import annotations
+
+from orderflow_core.testing.clock import FakeClock
+from orderflow_core.testing.memory import InMemoryOrderStore, InMemoryUsers
+
+__all__ = ["FakeClock", "InMemoryOrderStore", "InMemoryUsers"]

@@ -1,0 +1,203 @@
+"""An in-memory `OrderStore`: the same behaviour as the PostgreSQL store, kept in dicts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TypeVar
+from uuid import UUID
+
+import attrs
+
+from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
+from orderflow_core.model import (
+    ApiIdempotency,
+    AuditEntry,
+    Change,
+    Claim,
+    Guard,
+    HistoryEntry,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+    Principal,
+    Step,
+)
+from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
+
+T = TypeVar("T")
+
+
+class InMemoryOrderStore:
+    """A structural, inspectable store: every committed change is kept in `committed`."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.aggregates: dict[UUID, OrderAggregate] = {}
+        self.history_log: dict[UUID, list[HistoryEntry]] = {}
+        self.audit_log: list[AuditEntry] = []
+        self.outbox: list[OutboxEvent] = []
+        self.idempotency: dict[tuple[str, str, str], ApiIdempotency] = {}
+        self.processed_events: set[UUID] = set()
+        self.committed: list[Change] = []
+        # A test may set this to raise inside a write, between two of its parts.
+        self.fail_after_order_write: Exception | None = None
+
+    async def create(self, change: Change) -> None:
+        if change.order is None:
+            raise ValueError("create needs an order")
+        async with self._lock:
+            if change.idempotency is not None:
+                idem = change.idempotency
+                if (idem.user_id, idem.scope, idem.key) in self.idempotency:
+                    raise DuplicateIdempotencyKey("idempotency key already used")
+            self._apply(OrderAggregate(order=change.order), change)
+
+    async def update(
+        self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
+    ) -> T:
+        async with self._lock:
+            aggregate = self.aggregates.get(order_id)
+            if aggregate is None:
+                raise NotFound(f"order {order_id} not found")
+            change, value = decide(aggregate)
+            if change.idempotency is not None:
+                idem = change.idempotency
+                if (idem.user_id, idem.scope, idem.key) in self.idempotency:
+                    raise DuplicateIdempotencyKey("idempotency key already used")
+            if change.processed_event_id in self.processed_events:
+                return value
+            if change.guard is not None and not self._guard_holds(aggregate, change.guard):
+                if change.on_reject is not None:
+                    self.audit_log.append(change.on_reject)
+                return value
+            self._apply(aggregate, change)
+            return value
+
+    def _guard_holds(self, aggregate: OrderAggregate, guard: Guard) -> bool:
+        step = aggregate.step(guard.step_id)
+        return (
+            step is not None
+            and step.status is StepStatus.RUNNING
+            and step.attempt == guard.attempt
+            and step.lease_owner == guard.owner
+        )
+
+    def _apply(self, aggregate: OrderAggregate, change: Change) -> None:
+        order_id = aggregate.order.order_id
+        if change.order is not None and self.fail_after_order_write is not None:
+            raise self.fail_after_order_write
+        self.aggregates[order_id] = aggregate.with_change(change)
+        self.history_log.setdefault(order_id, []).extend(change.history)
+        self.audit_log.extend(change.audit)
+        known = {e.event_id for e in self.outbox}
+        for event in change.events:
+            if event.event_id not in known:
+                self.outbox.append(attrs.evolve(event, seq=len(self.outbox) + 1))
+        if change.idempotency is not None:
+            idem = change.idempotency
+            self.idempotency[(idem.user_id, idem.scope, idem.key)] = idem
+        if change.processed_event_id is not None:
+            self.processed_events.add(change.processed_event_id)
+        self.committed.append(change)
+
+    async def load(self, order_id: UUID) -> OrderAggregate | None:
+        return self.aggregates.get(order_id)
+
+    async def history(self, order_id: UUID) -> list[HistoryEntry]:
+        return list(self.history_log.get(order_id, []))
+
+    async def audit_entries(self, order_id: UUID) -> list[AuditEntry]:
+        return [a for a in self.audit_log if a.order_id == order_id]
+
+    async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
+        return self.idempotency.get((user_id, scope, key))
+
+    async def list_orders(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        orders = sorted(
+            (a.order for a in self.aggregates.values()),
+            key=lambda o: (o.created_at, o.order_id),
+            reverse=True,
+        )
+        return [
+            o
+            for o in orders
+            if (customer_id is None or o.customer_id == customer_id)
+            and (state is None or o.state is state)
+            and (before is None or (o.created_at, o.order_id) < before)
+        ][:limit]
+
+    async def claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
+        async with self._lock:
+            due = sorted(
+                (s for a in self.aggregates.values() for s in a.steps if _is_claimable(s, now)),
+                key=lambda s: (s.next_attempt_at or now, s.seq),
+            )[:limit]
+            claims = []
+            for step in due:
+                expires = now + timedelta(seconds=lease_s)
+                claimed = attrs.evolve(
+                    step,
+                    status=StepStatus.RUNNING,
+                    attempt=step.attempt + 1,
+                    lease_owner=owner,
+                    lease_expires_at=expires,
+                )
+                self._put_step(claimed)
+                claims.append(
+                    Claim(step.step_id, step.order_id, step.kind, claimed.attempt, owner, expires)
+                )
+            return claims
+
+    def _put_step(self, step: Step) -> None:
+        aggregate = self.aggregates[step.order_id]
+        self.aggregates[step.order_id] = aggregate.with_change(Change(steps=(step,)))
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        async with self._lock:
+            aggregate = self.aggregates.get(claim.order_id)
+            step = aggregate.step(claim.step_id) if aggregate else None
+            if (
+                step is None
+                or step.status is not StepStatus.RUNNING
+                or step.attempt != claim.attempt
+                or step.lease_owner != claim.owner
+                or step.lease_expires_at is None
+                or step.lease_expires_at <= now
+            ):
+                return False
+            self._put_step(attrs.evolve(step, lease_expires_at=now + timedelta(seconds=lease_s)))
+            return True
+
+    async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
+        return [e for e in self.outbox if e.seq > after][:limit]
+
+
+def _is_claimable(step: Step, now: datetime) -> bool:
+    if step.status in DUE_STATUSES:
+        return step.next_attempt_at is not None and step.next_attempt_at <= now
+    return (
+        step.status is StepStatus.RUNNING
+        and step.lease_expires_at is not None
+        and step.lease_expires_at <= now
+    )
+
+
+class InMemoryUsers:
+    """Token hashes to principals, for embedding and tests."""
+
+    def __init__(self, users: dict[str, Principal] | None = None) -> None:
+        self.by_hash: dict[str, Principal] = dict(users or {})
+
+    async def principal_for_token_hash(self, token_hash: str) -> Principal | None:
+        return self.by_hash.get(token_hash)
