@@ -27,19 +27,29 @@ def charged_nothing(step: Step) -> bool:
     return all(a.outcome in CHARGED_NOTHING for a in step.attempts)
 
 
+def hold_expired(d: Draft) -> bool:
+    """The reservation's hold has run out, whether or not the expiry timer has fired yet."""
+    expires = d.order.reservation_expires_at
+    return d.order.reservation_expired or (expires is not None and d.now >= expires)
+
+
 def start_charge(d: Draft, step: Step) -> CallPlan | None:
     """Send the charge — unless an earlier attempt may have charged, or the hold ran out."""
-    if d.order.state is OrderState.RESERVED:
-        d.move(OrderState.PAYING, "charge step started")
     earlier = [a for a in step.attempts if a.attempt < step.attempt]
     if not all(a.outcome in CHARGED_NOTHING for a in earlier):
+        if d.order.state is OrderState.RESERVED:
+            d.move(OrderState.PAYING, "charge step started")
         _not_sent(d, step)
-        payment_in_doubt(d, step, "an earlier attempt's outcome is unknown")
+        payment_in_doubt(d, d.step(step.step_id), "an earlier attempt's outcome is unknown")
         return None
-    if d.order.reservation_expired:
+    if hold_expired(d):
+        d.set_order(reservation_expired=True)
         _not_sent(d, step)
-        release_after_expiry(d, step)
+        stop(d, d.step(step.step_id), StepStatus.CANCELLED, "reservation_expired")
+        _release(d, "reservation_expired")
         return None
+    if d.order.state is OrderState.RESERVED:
+        d.move(OrderState.PAYING, "charge step started")
     d.set_order(payment_status="in_flight")
     return CallPlan(
         StepKind.CHARGE,
@@ -64,7 +74,7 @@ def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
         _release(d, outcome.code)
     elif isinstance(outcome, Transient):
         d.set_order(payment_status="none")
-        if d.order.reservation_expired:
+        if hold_expired(d):
             stop(d, step, StepStatus.FAILED, outcome.detail or "transient")
             release_after_expiry(d, d.step(step.step_id))
         else:
@@ -80,7 +90,7 @@ def payment_in_doubt(d: Draft, step: Step, reason: str) -> None:
     d.set_order(payment_status="unknown")
     if d.order.state is OrderState.PAYING:
         d.move(OrderState.PAYMENT_UNKNOWN, reason)
-    if not d.order.reservation_expired and not d.active(StepKind.RECONCILE_PAYMENT):
+    if not hold_expired(d) and not d.active(StepKind.RECONCILE_PAYMENT):
         d.new_step(StepKind.RECONCILE_PAYMENT)
 
 
@@ -155,7 +165,7 @@ def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
         return
     succeed(d, step, {"status": "not_found"})
     d.set_order(payment_status="none")
-    if d.order.reservation_expired:
+    if hold_expired(d):
         _release(d, "reservation_expired")
         return
     budget = d.ctx.timing.retry.attempts_per_budget

@@ -1,0 +1,116 @@
+"""A whole orderflow in memory: store, fake clock, simulated services, service, executors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+from uuid import UUID
+
+from orderflow_core import (
+    Executor,
+    Item,
+    OrderAggregate,
+    OrderService,
+    OrderState,
+    Principal,
+    Role,
+    Timing,
+    hash_token,
+)
+from orderflow_core.executor import Checkpoint
+from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
+from orderflow_core.testing.sim_adapters import simulated_services
+from orderflow_core.testing.simulation import Simulator
+
+T = TypeVar("T")
+
+CUSTOMER = Principal("order_customer", Role.CUSTOMER)
+OTHER_CUSTOMER = Principal("other_customer", Role.CUSTOMER)
+OPERATOR = Principal("order_operator", Role.OPERATOR)
+
+
+def sequential_ids() -> Any:
+    """Deterministic UUIDs, so failing examples replay exactly."""
+    counter = itertools.count(1)
+    return lambda: uuid.UUID(int=next(counter))
+
+
+class World:
+    """Everything a scenario needs, driven step by step on one event loop."""
+
+    def __init__(self, *, executors: int = 1, checkpoint: Checkpoint | None = None) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.clock = FakeClock()
+        self.store = InMemoryOrderStore()
+        self.sim = Simulator(now=self.clock.now)
+        self.services = simulated_services(self.sim)
+        self.timing = Timing()
+        new_id = sequential_ids()
+        users = InMemoryUsers(
+            {hash_token(p.user_id): p for p in (CUSTOMER, OTHER_CUSTOMER, OPERATOR)}
+        )
+        self.service = OrderService(self.store, self.clock, users, timing=self.timing,
+                                    new_id=new_id)
+        self.executors = [
+            Executor(store=self.store, services=self.services, clock=self.clock,
+                     worker_id=f"worker-{i}", timing=self.timing, checkpoint=checkpoint,
+                     new_id=new_id)
+            for i in range(executors)
+        ]
+        self._keys = itertools.count(1)
+
+    def close(self) -> None:
+        async def cancel_all() -> None:
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        self.loop.run_until_complete(cancel_all())
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def create(self, *items: Item, principal: Principal = CUSTOMER) -> UUID:
+        lines = list(items) or [Item("sku-1", 2, 1500)]
+        view, _ = self.run(self.service.create_order(principal, f"key-{next(self._keys)}",
+                                                     lines, "RUB"))
+        return view.aggregate.order.order_id
+
+    def load(self, order_id: UUID) -> OrderAggregate:
+        aggregate = self.run(self.store.load(order_id))
+        assert aggregate is not None
+        return aggregate
+
+    def state(self, order_id: UUID) -> OrderState:
+        return self.load(order_id).order.state
+
+    def step(self, executor: int = 0) -> int:
+        """One claim-and-run round of one executor; returns how many steps it ran."""
+        return self.run(self.executors[executor].run_once())
+
+    def settle(self, max_rounds: int = 200, advance_s: float = 1.0) -> None:
+        """Run executors and advance time until nothing is due (bounded)."""
+        idle = 0
+        for _ in range(max_rounds):
+            ran = sum(self.step(i) for i in range(len(self.executors)))
+            if ran:
+                idle = 0
+                continue
+            idle += 1
+            if idle > 20:
+                return
+            self.clock.advance(advance_s)
+
+    def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
+        history = self.run(self.store.history(order_id))
+        return [(h.from_state.value if h.from_state else None, h.to_state.value)
+                for h in history]
+
+    def charges(self, order_id: UUID) -> list[dict[str, Any]]:
+        charges: list[dict[str, Any]] = self.sim.ledger(order_id=str(order_id))["effects"]["charges"]
+        return charges
