@@ -132,6 +132,9 @@ class Executor:
             self.processed += 1
             return
         await self._checkpoint("before_call", claim)
+        if self.clock.now() >= claim.lease_expires_at:
+            # Stalled between intent and call: another executor may own the step by now.
+            raise LeaseLost(f"lease of step {claim.step_id} ran out before the call")
         outcome = await self._call_with_lease(claim, plan)
         await self._checkpoint("after_call", claim)
         await self.store.update(

@@ -242,7 +242,16 @@ class Change:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.order or self.steps or self.refunds or self.audit or self.events)
+        return not (
+            self.order
+            or self.steps
+            or self.refunds
+            or self.audit
+            or self.events
+            or self.history
+            or self.idempotency
+            or self.processed_event_id
+        )
 
 
 @attrs.frozen

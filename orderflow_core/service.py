@@ -36,7 +36,12 @@ from orderflow_core.model import (
 )
 from orderflow_core.ports import Clock, OrderStore, Users
 from orderflow_core.states import OrderState, Role
-from orderflow_core.validation import check_idempotency_key, check_items, fingerprint
+from orderflow_core.validation import (
+    check_idempotency_key,
+    check_items,
+    check_refund_reason,
+    fingerprint,
+)
 
 
 @attrs.frozen
@@ -78,6 +83,8 @@ class OrderService:
         """The principal a bearer token belongs to, or `Unauthenticated`."""
         if not token:
             raise Unauthenticated("a bearer token is required")
+        if not all("!" <= ch <= "~" for ch in token):
+            raise Unauthenticated("unknown token")
         digest = hash_token(token)
         principal = await self._users.principal_for_token_hash(digest)
         # The lookup is by digest; compare again in constant time so timing tells nothing.
@@ -163,6 +170,8 @@ class OrderService:
 
     async def retry(self, principal: Principal, order_id: UUID) -> OrderView:
         """Re-arm the current step (same key, a fresh budget of attempts)."""
+        if principal.role not in (Role.CUSTOMER, Role.OPERATOR):
+            raise Forbidden("retry needs the customer or the operator role")
         await self._visible(principal, order_id)
         await self._store.update(
             order_id, lambda agg: (commands.retry(agg, principal, self._ctx(principal)), None)
@@ -189,6 +198,7 @@ class OrderService:
         """A refund of a confirmed charge under the operator's idempotency key."""
         _require(principal, Role.OPERATOR)
         key = check_idempotency_key(key)
+        check_refund_reason(reason)
         await self._visible(principal, order_id)
         scope = f"refund:{order_id}"
         digest = fingerprint({"amount_minor": amount_minor, "reason": reason})

@@ -25,6 +25,19 @@ def check_idempotency_key(key: str | None) -> str:
     return key
 
 
+MAX_REASON_LENGTH = 500
+
+
+def check_refund_reason(reason: str) -> None:
+    """A refund's reason is 1–500 printable characters (it lands in the audit log)."""
+    if (
+        not isinstance(reason, str)
+        or not 1 <= len(reason) <= MAX_REASON_LENGTH
+        or (not reason.isprintable())
+    ):
+        raise ValidationFailed([{"field": "reason", "message": "1-500 printable characters"}])
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

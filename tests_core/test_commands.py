@@ -17,8 +17,13 @@ from tests_core.world import CUSTOMER, OPERATOR
 
 STATES = sorted(REACHERS)
 
-CANCEL_OK = {"created": "cancelled", "reserving_stopped": "cancelling", "reserved": "cancelling",
-             "cancelling": "unchanged", "cancelled": "unchanged"}
+CANCEL_OK = {
+    "created": "cancelled",
+    "reserving_stopped": "cancelling",
+    "reserved": "cancelling",
+    "cancelling": "unchanged",
+    "cancelled": "unchanged",
+}
 CUSTOMER_RETRY_OK = {"reserving_stopped", "paying_stopped"}
 OPERATOR_RETRY_OK = {"reserving_stopped", "paying_stopped", "shipping_failed"}
 RECONCILE_OK = {"payment_unknown"}

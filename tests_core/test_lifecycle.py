@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from orderflow_core import TRANSITIONS, InvalidTransition, OrderState
+from orderflow_core import TERMINAL_STATES, TRANSITIONS, InvalidTransition, OrderState
 from orderflow_core.transitions import check
 from tests_core.scenarios import SCENARIOS
 from tests_core.world import World
@@ -34,9 +34,7 @@ def test_the_scenarios_together_reach_every_allowed_transition() -> None:
         w = World()
         try:
             order_id = scenario(w)
-            reached |= {
-                (OrderState(a), OrderState(b)) for a, b in w.states_visited(order_id) if a
-            }
+            reached |= {(OrderState(a), OrderState(b)) for a, b in w.states_visited(order_id) if a}
         finally:
             w.close()
     assert reached == set(TRANSITIONS[1])
@@ -55,7 +53,5 @@ def test_every_edge_outside_the_table_is_refused_with_both_states() -> None:
 
 
 def test_terminal_states_have_no_way_out() -> None:
-    from orderflow_core import TERMINAL_STATES
-
-    for (current, _), _trigger in TRANSITIONS[1].items():
+    for current, _ in TRANSITIONS[1]:
         assert current not in TERMINAL_STATES

@@ -69,8 +69,9 @@ def test_without_jitter_the_delay_is_exact_even_with_a_random_source() -> None:
 def test_jitter_spreads_the_delay_within_its_band_and_really_varies() -> None:
     policy = RetryPolicy(jitter=0.25)
     draws = iter([0.0, 0.5, 1.0 - 1e-9])
-    delays = [policy.decide(StepKind.SHIP, 3, Transient(), random=lambda: next(draws))
-              for _ in range(3)]
+    delays = [
+        policy.decide(StepKind.SHIP, 3, Transient(), random=lambda: next(draws)) for _ in range(3)
+    ]
     assert [type(d) for d in delays] == [RetryAt] * 3
     values = [d.delay_s for d in delays if isinstance(d, RetryAt)]
     assert values[0] == pytest.approx(3.0)
@@ -80,8 +81,7 @@ def test_jitter_spreads_the_delay_within_its_band_and_really_varies() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"delays_s": ()}, {"delays_s": (-1.0,)}, {"attempts_per_budget": 0},
-               {"jitter": 1.5}]
+    "kwargs", [{"delays_s": ()}, {"delays_s": (-1.0,)}, {"attempts_per_budget": 0}, {"jitter": 1.5}]
 )
 def test_a_nonsensical_policy_is_refused_at_construction(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):

@@ -52,12 +52,19 @@ class World:
         users = InMemoryUsers(
             {hash_token(p.user_id): p for p in (CUSTOMER, OTHER_CUSTOMER, OPERATOR)}
         )
-        self.service = OrderService(self.store, self.clock, users, timing=self.timing,
-                                    new_id=new_id)
+        self.service = OrderService(
+            self.store, self.clock, users, timing=self.timing, new_id=new_id
+        )
         self.executors = [
-            Executor(store=self.store, services=self.services, clock=self.clock,
-                     worker_id=f"worker-{i}", timing=self.timing, checkpoint=checkpoint,
-                     new_id=new_id)
+            Executor(
+                store=self.store,
+                services=self.services,
+                clock=self.clock,
+                worker_id=f"worker-{i}",
+                timing=self.timing,
+                checkpoint=checkpoint,
+                new_id=new_id,
+            )
             for i in range(executors)
         ]
         self._keys = itertools.count(1)
@@ -77,8 +84,9 @@ class World:
 
     def create(self, *items: Item, principal: Principal = CUSTOMER) -> UUID:
         lines = list(items) or [Item("sku-1", 2, 1500)]
-        view, _ = self.run(self.service.create_order(principal, f"key-{next(self._keys)}",
-                                                     lines, "RUB"))
+        view, _ = self.run(
+            self.service.create_order(principal, f"key-{next(self._keys)}", lines, "RUB")
+        )
         return view.aggregate.order.order_id
 
     def load(self, order_id: UUID) -> OrderAggregate:
@@ -108,9 +116,9 @@ class World:
 
     def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
         history = self.run(self.store.history(order_id))
-        return [(h.from_state.value if h.from_state else None, h.to_state.value)
-                for h in history]
+        return [(h.from_state.value if h.from_state else None, h.to_state.value) for h in history]
 
     def charges(self, order_id: UUID) -> list[dict[str, Any]]:
-        charges: list[dict[str, Any]] = self.sim.ledger(order_id=str(order_id))["effects"]["charges"]
+        effects = self.sim.ledger(order_id=str(order_id))["effects"]
+        charges: list[dict[str, Any]] = effects["charges"]
         return charges

@@ -72,7 +72,8 @@ class InMemoryOrderStore:
                 if change.on_reject is not None:
                     self.audit_log.append(change.on_reject)
                 return value
-            self._apply(aggregate, change)
+            if not change.is_empty:
+                self._apply(aggregate, change)
             return value
 
     def _guard_holds(self, aggregate: OrderAggregate, guard: Guard) -> bool:

@@ -1,0 +1,8 @@
+"""The REST surface of orderflow (CONTRACT §3): an aiohttp app over the core's `OrderService`."""
+
+from __future__ import annotations
+
+from orderflow_http.api.app import create_app
+from orderflow_http.api.openapi import document as openapi_document
+
+__all__ = ["create_app", "openapi_document"]

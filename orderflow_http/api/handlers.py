@@ -1,0 +1,150 @@
+"""The handlers: parse the request, call one use case of the service, serialise the answer.
+
+Why so thin: roles, visibility, idempotency and every business rule live in the core's
+`OrderService`; a handler only translates HTTP to a call and the result back to HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from orderflow_core.model import Principal
+from orderflow_http.api import appkeys, bodies, parse, serialize
+from orderflow_http.api.problems import problem_response
+from orderflow_http.api.serialize import dumps
+
+log = logging.getLogger("orderflow.http.api")
+
+ORDERS = "/api/v1/orders"
+DEFAULT_PAGE = 50
+DEFAULT_EVENTS = 100
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+def _json(data: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(data, status=status, headers=headers, dumps=dumps)
+
+
+async def caller(request: web.Request) -> Principal:
+    """The principal of `Authorization: Bearer <token>`; the scheme is case-insensitive.
+
+    A token that is not visible ASCII cannot be one we issued; it is refused here, before the
+    core hashes it (undecodable header bytes arrive as surrogates that cannot be hashed).
+    """
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" else ""
+    if not bearer.isascii() or not bearer.isprintable() or " " in bearer:
+        bearer = ""
+    return await request.app[appkeys.SERVICE].authenticate(bearer or None)
+
+
+async def create_order(request: web.Request) -> web.Response:
+    """POST /api/v1/orders → 202 + Location; a replay adds Idempotent-Replayed: true."""
+    principal = await caller(request)
+    key = parse.idempotency_key(request)
+    value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
+    items, currency = bodies.create_order(value)
+    service = request.app[appkeys.SERVICE]
+    view, replayed = await service.create_order(principal, key, items, currency)
+    headers = {"Location": f"{ORDERS}/{view.aggregate.order.order_id}"}
+    headers.update(REPLAYED if replayed else {})
+    return _json(serialize.order(view), 202, headers)
+
+
+async def get_order(request: web.Request) -> web.Response:
+    """GET /api/v1/orders/{order_id}: the full order (owner or operator)."""
+    principal = await caller(request)
+    view = await request.app[appkeys.SERVICE].get_order(principal, parse.order_id(request))
+    return _json(serialize.order(view))
+
+
+async def list_orders(request: web.Request) -> web.Response:
+    """GET /api/v1/orders: newest first, `limit` per page, `cursor` from the previous page."""
+    principal = await caller(request)
+    params = parse.query(request, frozenset({"state", "limit", "cursor"}))
+    orders, next_cursor = await request.app[appkeys.SERVICE].list_orders(
+        principal,
+        state=params.get("state"),
+        limit=parse.query_int(params, "limit", DEFAULT_PAGE),
+        cursor=params.get("cursor"),
+    )
+    return _json(serialize.order_page(orders, next_cursor))
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """POST …/cancel: 200 when cancelled at once (or already), 202 when a release runs first."""
+    principal = await caller(request)
+    view, result = await request.app[appkeys.SERVICE].cancel(principal, parse.order_id(request))
+    return _json(serialize.order(view), 202 if result == "cancelling" else 200)
+
+
+async def retry(request: web.Request) -> web.Response:
+    """POST …/retry: the current step is re-armed; the executor runs it later (202)."""
+    principal = await caller(request)
+    view = await request.app[appkeys.SERVICE].retry(principal, parse.order_id(request))
+    return _json(serialize.order(view), 202)
+
+
+async def reconcile(request: web.Request) -> web.Response:
+    """POST …/reconcile: a status check of the charge is queued (202)."""
+    principal = await caller(request)
+    view = await request.app[appkeys.SERVICE].reconcile(principal, parse.order_id(request))
+    return _json(serialize.order(view), 202)
+
+
+async def request_refund(request: web.Request) -> web.Response:
+    """POST …/refunds: 202 + the refund; a replay adds Idempotent-Replayed: true."""
+    principal = await caller(request)
+    order_id = parse.order_id(request)
+    key = parse.idempotency_key(request)
+    value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
+    amount, reason = bodies.refund(value)
+    found, replayed = await request.app[appkeys.SERVICE].request_refund(
+        principal, order_id, key, amount, reason
+    )
+    return _json(serialize.refund(found), 202, REPLAYED if replayed else None)
+
+
+async def audit(request: web.Request) -> web.Response:
+    """GET …/audit: the order's audit entries, oldest first (operator)."""
+    principal = await caller(request)
+    order_id = parse.order_id(request)
+    entries = await request.app[appkeys.SERVICE].audit(principal, order_id)
+    return _json(
+        {"order_id": str(order_id), "entries": [serialize.audit_entry(e) for e in entries]}
+    )
+
+
+async def events(request: web.Request) -> web.Response:
+    """GET /api/v1/events: the outbox feed after `after`, oldest first (operator)."""
+    principal = await caller(request)
+    params = parse.query(request, frozenset({"after", "limit"}))
+    after = parse.query_int(params, "after", 0)
+    limit = parse.query_int(params, "limit", DEFAULT_EVENTS)
+    found = await request.app[appkeys.SERVICE].events(principal, after=after, limit=limit)
+    return _json(serialize.event_page(found, after))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: the process answers; nothing else is checked."""
+    del request
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """GET /readyz: 200 when the readiness check passes, else 503 `not_ready`."""
+    try:
+        ready = await request.app[appkeys.READINESS]()
+    except Exception:
+        log.exception("readiness check failed")
+        ready = False
+    if not ready:
+        return problem_response(503, "not_ready", "a dependency is not reachable or not current")
+    return _json({"status": "ready"})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """GET /api/v1/openapi.json: the OpenAPI 3.1 document of this API."""
+    return web.Response(body=request.app[appkeys.OPENAPI], content_type="application/json")

@@ -1,0 +1,98 @@
+"""Running the simulated services: in a test, inside `orderflow serve`, or as `orderflow mocks`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+from aiohttp import web
+
+from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.app import create_mocks_app
+
+# In-flight requests (a held `timeout`) get this long to finish when the server stops.
+SHUTDOWN_TIMEOUT_S = 1.0
+
+
+@attrs.frozen
+class RunningMocks:
+    """A started mocks server: where it listens and the simulator behind it."""
+
+    url: str
+    sim: Simulator
+
+
+@asynccontextmanager
+async def running_mocks(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    sim: Simulator | None = None,
+    latency_ms: int = 0,
+    hold_s: float = 5.0,
+) -> AsyncIterator[RunningMocks]:
+    """Serve the mocks on `host:port` (0 picks a free port) for the body of the `async with`."""
+    sim = sim if sim is not None else Simulator()
+    app = create_mocks_app(sim, latency_ms=latency_ms, hold_s=hold_s)
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        yield RunningMocks(url=_url(runner, host), sim=sim)
+    finally:
+        await runner.cleanup()
+
+
+def _url(runner: web.AppRunner, host: str) -> str:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            shown = f"[{address[0]}]" if ":" in str(address[0]) else str(address[0])
+            return f"http://{shown}:{address[1]}"
+    return f"http://{host}"
+
+
+async def serve_mocks(
+    host: str,
+    port: int,
+    *,
+    latency_ms: int,
+    hold_s: float,
+    stop: asyncio.Event,
+    on_started: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the mocks until `stop` is set; `on_started` receives the base URL."""
+    async with running_mocks(host, port, latency_ms=latency_ms, hold_s=hold_s) as mocks:
+        if on_started is not None:
+            on_started(mocks.url)
+        await stop.wait()
+
+
+def run_mocks(
+    host: str = "127.0.0.1", port: int = 8081, latency_ms: int = 0, hold_s: float = 5.0
+) -> None:
+    """`orderflow mocks`: print the URL, serve until SIGINT/SIGTERM, return normally (exit 0)."""
+
+    def started(url: str) -> None:
+        print(f"orderflow mocks listening on {url} (ledger: {url}/_control/ledger)", flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await serve_mocks(
+                host, port, latency_ms=latency_ms, hold_s=hold_s, stop=stop, on_started=started
+            )
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    asyncio.run(main())
+
+
+__all__ = ["RunningMocks", "run_mocks", "running_mocks", "serve_mocks"]

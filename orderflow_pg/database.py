@@ -1,0 +1,65 @@
+"""A connection pool with the deadline every store operation runs under."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from orderflow_core.errors import StoreUnavailable
+from orderflow_pg.errors import database_edge
+
+# The server cancels a statement first; the client gives up a little later, so the server's
+# clean `QueryCanceled` normally wins and the client deadline only catches a dead network.
+CLIENT_MARGIN_S = 1.0
+
+
+class Database:
+    """The pool the store and the user directory share; hands out connections at the edge."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], *, statement_timeout_s: float) -> None:
+        self.pool = pool
+        self.statement_timeout_s = statement_timeout_s
+        self.deadline_s = statement_timeout_s + CLIENT_MARGIN_S
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int,
+        max_size: int,
+        statement_timeout_s: float,
+        connect_timeout_s: float,
+    ) -> AsyncIterator[Database]:
+        """Open a pool whose connections carry `statement_timeout` and UTC; close it after."""
+        options = f"-c statement_timeout={round(statement_timeout_s * 1000)} -c TimeZone=UTC"
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=statement_timeout_s,  # how long a caller may wait for a free connection
+            kwargs={"autocommit": True, "options": options},
+            name="orderflow",
+        )
+        try:
+            await pool.open(wait=True, timeout=connect_timeout_s)
+        except psycopg.OperationalError as exc:
+            await pool.close()
+            raise StoreUnavailable(f"cannot connect to the database: {exc}") from exc
+        try:
+            yield cls(pool, statement_timeout_s=statement_timeout_s)
+        finally:
+            await pool.close()
+
+    @asynccontextmanager
+    async def connection(self, operation: str) -> AsyncIterator[AsyncConnection[Any]]:
+        """A pooled connection for one operation, under its deadline and the error edge."""
+        async with database_edge(operation, self.deadline_s), self.pool.connection() as conn:
+            yield conn

@@ -1,0 +1,43 @@
+"""The error edge: psycopg's exceptions become the core's, and the runner's own errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from orderflow_core.errors import DuplicateIdempotencyKey, OrderflowError, StoreUnavailable
+
+IDEMPOTENCY_CONSTRAINT = "api_idempotency_pkey"
+
+
+class MigrationChecksumMismatch(OrderflowError):
+    """An applied migration file was edited afterwards: refuse to run on a schema we can't trust."""
+
+    code = "migration_checksum_mismatch"
+    status = 500
+
+
+@asynccontextmanager
+async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None]:
+    """Run one store operation under a client-side deadline and translate psycopg's errors.
+
+    The server's `statement_timeout` cancels a slow statement first; this deadline is the
+    backstop for a hung network or a pool that cannot hand out a connection.
+    """
+    try:
+        async with asyncio.timeout(deadline_s):
+            yield
+    except TimeoutError as exc:
+        raise StoreUnavailable(f"{operation}: no answer within {deadline_s:g} s") from exc
+    except pg_errors.UniqueViolation as exc:
+        if exc.diag.constraint_name == IDEMPOTENCY_CONSTRAINT:
+            raise DuplicateIdempotencyKey("idempotency key already used") from exc
+        raise
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        # OperationalError covers QueryCanceled (statement_timeout), lost connections,
+        # serialization/deadlock rollbacks and psycopg_pool.PoolTimeout.
+        raise StoreUnavailable(f"{operation}: {type(exc).__name__}: {exc}") from exc

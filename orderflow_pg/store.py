@@ -1,0 +1,210 @@
+"""`PgOrderStore`: the `OrderStore` port on PostgreSQL, one transaction per unit of work."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from orderflow_core.errors import DuplicateIdempotencyKey, NotFound, StoreUnavailable
+from orderflow_core.model import (
+    ApiIdempotency,
+    AuditEntry,
+    Change,
+    Claim,
+    HistoryEntry,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+)
+from orderflow_core.states import OrderState
+from orderflow_pg import rows
+from orderflow_pg.database import Database
+from orderflow_pg.migrate import pending_migrations
+from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
+from orderflow_pg.reads import read_aggregate
+from orderflow_pg.users import PgUsers
+from orderflow_pg.writes import (
+    GuardLost,
+    apply_update,
+    guard_holds,
+    insert_new_order,
+    write_rejection,
+)
+
+T = TypeVar("T")
+
+
+class PgOrderStore:
+    """Durable orders on PostgreSQL: what makes the saga survive crashes and scale out."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self.users = PgUsers(database)
+        # Tests set this to fail a transition between its statements (as the in-memory store).
+        self.fail_after_order_write: Exception | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        statement_timeout_s: float = 3.0,
+        connect_timeout_s: float = 10.0,
+    ) -> AsyncIterator[PgOrderStore]:
+        """A store on a fresh pool; size it for the executor's concurrency plus the API.
+
+        Opening waits up to `connect_timeout_s` for `min_size` connections, then raises
+        `StoreUnavailable`.
+        """
+        async with Database.open(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            statement_timeout_s=statement_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+        ) as database:
+            yield cls(database)
+
+    async def create(self, change: Change) -> None:
+        """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists."""
+        async with self._db.connection("create") as conn, conn.transaction():
+            await insert_new_order(conn, change)
+
+    async def update(
+        self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
+    ) -> T:
+        """Lock the order, decide, apply the change (or only its rejection), return the value."""
+        async with self._db.connection("update") as conn, conn.transaction():
+            aggregate = await read_aggregate(conn, order_id, lock=True)
+            if aggregate is None:
+                raise NotFound(f"order {order_id} not found")
+            change, value = decide(aggregate)
+            await self._apply_decided(conn, order_id, aggregate, change)
+            return value
+
+    async def _apply_decided(
+        self, conn: Connection, order_id: UUID, aggregate: OrderAggregate, change: Change
+    ) -> None:
+        if change.idempotency is not None:
+            idem = change.idempotency
+            key = {"user_id": idem.user_id, "scope": idem.scope, "key": idem.key}
+            if await fetch_one(conn, "find_idempotency", key) is not None:
+                raise DuplicateIdempotencyKey("idempotency key already used")
+        if change.processed_event_id is not None:
+            event = {"event_id": change.processed_event_id}
+            if await fetch_one(conn, "is_processed_event", event) is not None:
+                return
+        if change.guard is not None and not guard_holds(aggregate, change.guard):
+            await write_rejection(conn, change)
+            return
+        try:
+            async with conn.transaction():  # a savepoint: a fenced-off write undoes only itself
+                await apply_update(conn, order_id, change, self.fail_after_order_write)
+        except GuardLost:
+            await write_rejection(conn, change)
+
+    async def load(self, order_id: UUID) -> OrderAggregate | None:
+        """The order with its steps (and their attempts) and refunds, from one snapshot."""
+        async with self._db.connection("load") as conn, conn.transaction():
+            await execute(conn, "snapshot")
+            return await read_aggregate(conn, order_id, lock=False)
+
+    async def history(self, order_id: UUID) -> list[HistoryEntry]:
+        """Every transition of the order, oldest first."""
+        found = await self._fetch_all("history", {"order_id": order_id})
+        return [rows.history_from_row(r) for r in found]
+
+    async def audit_entries(self, order_id: UUID) -> list[AuditEntry]:
+        """The audit log of the order, oldest first."""
+        found = await self._fetch_all("audit_entries", {"order_id": order_id})
+        return [rows.audit_from_row(r) for r in found]
+
+    async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
+        """The record a client's idempotency key is bound to, if any."""
+        params = {"user_id": user_id, "scope": scope, "key": key}
+        async with self._db.connection("find_idempotency") as conn:
+            row = await fetch_one(conn, "find_idempotency", params)
+        return rows.idempotency_from_row(row) if row else None
+
+    async def list_orders(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        """Orders newest first (created_at, order_id descending), strictly before `before`."""
+        params = {
+            "customer_id": customer_id,
+            "state": state.value if state else None,
+            "before_at": before[0] if before else None,
+            "before_id": before[1] if before else None,
+            "limit": limit,
+        }
+        return [rows.order_from_row(r) for r in await self._fetch_all("list_orders", params)]
+
+    async def claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
+        """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
+        if limit <= 0:
+            return []
+        params = {
+            "owner": owner,
+            "now": now,
+            "expires_at": now + timedelta(seconds=lease_s),
+            "limit": limit,
+        }
+        return [rows.claim_from_row(r) for r in await self._fetch_all("claim_due", params)]
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
+        params = {
+            "step_id": claim.step_id,
+            "attempt": claim.attempt,
+            "owner": claim.owner,
+            "now": now,
+            "expires_at": now + timedelta(seconds=lease_s),
+        }
+        async with self._db.connection("renew_lease") as conn:
+            return await execute(conn, "renew_lease", params) == 1
+
+    async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
+        """Outbox events with seq > after, oldest first."""
+        found = await self._fetch_all("events", {"after": after, "limit": limit})
+        return [rows.event_from_row(r) for r in found]
+
+    async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
+        """Events the outbox relay has not handed on yet, oldest first."""
+        found = await self._fetch_all("unpublished_events", {"limit": limit})
+        return [rows.event_from_row(r) for r in found]
+
+    async def mark_published(self, seqs: list[int], now: datetime) -> None:
+        """Record that the relay handed these events on, so it does not send them again."""
+        if seqs:
+            async with self._db.connection("mark_published") as conn:
+                await execute(conn, "mark_published", {"seqs": seqs, "now": now})
+
+    async def ping(self) -> bool:
+        """Readiness: whether the database answers within the deadline."""
+        try:
+            await self._fetch_all("ping", {})
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def migrations_current(self) -> bool:
+        """Readiness: every migration file shipped with this code is applied, unchanged."""
+        async with self._db.connection("migrations_current") as conn:
+            return not await pending_migrations(conn)
+
+    async def _fetch_all(self, name: str, params: dict[str, Any]) -> list[rows.Row]:
+        async with self._db.connection(name) as conn:
+            return await fetch_all(conn, name, params)

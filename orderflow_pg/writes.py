@@ -1,0 +1,85 @@
+"""Applying a decided `Change` inside an open transaction: every part or nothing (rule 4)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from orderflow_core.model import Change, Guard, OrderAggregate, Step
+from orderflow_core.states import StepStatus
+from orderflow_pg import rows
+from orderflow_pg.queries import Connection, execute, execute_many
+
+
+class GuardLost(Exception):
+    """The guarded step's UPDATE found no row under the claimed generation: roll back."""
+
+
+def guard_holds(aggregate: OrderAggregate, guard: Guard) -> bool:
+    """Whether the step is still running under the generation a result was computed for."""
+    step = aggregate.step(guard.step_id)
+    return (
+        step is not None
+        and step.status is StepStatus.RUNNING
+        and step.attempt == guard.attempt
+        and step.lease_owner == guard.owner
+    )
+
+
+async def insert_new_order(conn: Connection, change: Change) -> None:
+    """Write a new order with everything that comes with it; the key first, so a losing
+    concurrent create fails before it does any other work."""
+    if change.order is None:
+        raise ValueError("create needs an order")
+    if change.idempotency is not None:
+        await execute(conn, "insert_idempotency", rows.idempotency_params(change.idempotency))
+    await execute(conn, "insert_order", rows.order_params(change.order))
+    await write_parts(conn, change.order.order_id, change)
+
+
+async def apply_update(
+    conn: Connection,
+    order_id: UUID,
+    change: Change,
+    fail_after_order_write: Exception | None = None,
+) -> None:
+    """Write a decided change to an existing, locked order; raises `GuardLost` if fenced off."""
+    if change.order is not None:
+        await execute(conn, "update_order", rows.order_params(change.order))
+        if fail_after_order_write is not None:
+            raise fail_after_order_write
+    await write_parts(conn, order_id, change)
+    if change.idempotency is not None:
+        await execute(conn, "insert_idempotency", rows.idempotency_params(change.idempotency))
+
+
+async def write_parts(conn: Connection, order_id: UUID, change: Change) -> None:
+    """Steps, attempts, refunds, history, events, audit and the processed-event mark."""
+    await _write_steps(conn, change.steps, change.guard)
+    attempts = [rows.attempt_params(s.step_id, a) for s in change.steps for a in s.attempts]
+    await execute_many(conn, "upsert_attempt", attempts)
+    await execute_many(conn, "upsert_refund", [rows.refund_params(r) for r in change.refunds])
+    await execute_many(conn, "insert_history", [rows.history_params(h) for h in change.history])
+    await execute_many(conn, "insert_event", [rows.event_params(e) for e in change.events])
+    await execute_many(conn, "insert_audit", [rows.audit_params(a) for a in change.audit])
+    if change.processed_event_id is not None:
+        params = {"event_id": change.processed_event_id, "order_id": order_id}
+        await execute(conn, "insert_processed_event", params)
+
+
+async def _write_steps(conn: Connection, steps: tuple[Step, ...], guard: Guard | None) -> None:
+    for step in steps:
+        params = rows.step_params(step)
+        if guard is None or step.step_id != guard.step_id:
+            await execute(conn, "upsert_step", params)
+            continue
+        # Belt and braces: the row lock already made the guard check authoritative, but the
+        # fenced UPDATE keeps the rule true even if a caller skipped that lock.
+        params.update(guard_attempt=guard.attempt, guard_owner=guard.owner)
+        if await execute(conn, "update_guarded_step", params) == 0:
+            raise GuardLost(str(guard))
+
+
+async def write_rejection(conn: Connection, change: Change) -> None:
+    """Record a stale result that was not committed (rule 6), and nothing else."""
+    if change.on_reject is not None:
+        await execute(conn, "insert_audit", rows.audit_params(change.on_reject))

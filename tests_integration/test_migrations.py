@@ -1,0 +1,133 @@
+"""The migrations give the schema the store's queries need, once, under concurrency, unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+
+from orderflow_core.model import (
+    ApiIdempotency,
+    Attempt,
+    AuditEntry,
+    HistoryEntry,
+    Order,
+    OutboxEvent,
+    Refund,
+    Step,
+)
+from orderflow_pg import MigrationChecksumMismatch, migrate, migration_files, run_migrate
+from orderflow_pg.queries import queries
+
+pytestmark = pytest.mark.postgres
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _names(cls: type[Any], *extra: str) -> set[str]:
+    return {f.name for f in attrs.fields(cls)} | set(extra)
+
+
+# Every model field is a column of the same name (rows.py relies on that), plus bookkeeping.
+EXPECTED_COLUMNS = {
+    "orders": _names(Order),
+    "workflow_steps": _names(Step) - {"attempts"},
+    "step_attempts": _names(Attempt, "step_id"),
+    "refunds": _names(Refund),
+    "order_history": _names(HistoryEntry, "id"),
+    "audit_log": _names(AuditEntry, "id"),
+    "outbox": _names(OutboxEvent, "published_at"),
+    "processed_events": {"event_id", "order_id"},
+    "api_idempotency": _names(ApiIdempotency),
+    "users": {"user_id", "role", "token_hash"},
+    "schema_migrations": {"version", "name", "checksum", "applied_at"},
+}
+
+
+def _columns(url: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = 'public'"
+        ).fetchall()
+    for table, column in rows:
+        found.setdefault(table, set()).add(column)
+    return found
+
+
+def test_fresh_migrations_give_every_table_and_column_the_store_maps(
+    fresh_database_url: str,
+) -> None:
+    assert asyncio.run(migrate(fresh_database_url)) == [f.name for f in migration_files()]
+    assert _columns(fresh_database_url) == EXPECTED_COLUMNS
+
+
+def _as_prepared(sql_text: str) -> str:
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+
+    return re.sub(r"%\((\w+)\)s", number, sql_text)
+
+
+def test_every_query_of_the_store_prepares_against_the_migrated_schema(pg_url: str) -> None:
+    preparable = re.compile(r"^\s*(?:--[^\n]*\n\s*)*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.I)
+    checked = 0
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for name, text in queries().items():
+            if preparable.match(text):
+                conn.execute(f"PREPARE check_{name} AS {_as_prepared(text)}")
+                checked += 1
+    assert checked >= 30
+
+
+def test_running_the_migrations_twice_applies_nothing_the_second_time(
+    fresh_database_url: str,
+) -> None:
+    assert asyncio.run(migrate(fresh_database_url))
+    assert asyncio.run(migrate(fresh_database_url)) == []
+
+
+def test_two_runner_processes_at_once_both_succeed_and_apply_each_file_once(
+    fresh_database_url: str,
+) -> None:
+    code = "import sys; from orderflow_pg import run_migrate; sys.exit(run_migrate(sys.argv[1]))"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runners = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, fresh_database_url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [runner.communicate(timeout=60) for runner in runners]
+    assert [runner.returncode for runner in runners] == [0, 0], outputs
+    said = sorted(out.strip() for out, _ in outputs)
+    assert said == ["applied 0001_initial.sql", "schema is up to date"]
+    with psycopg.connect(fresh_database_url) as conn:
+        rows = conn.execute("SELECT name FROM schema_migrations").fetchall()
+    assert rows == [("0001_initial.sql",)]
+
+
+def test_a_changed_applied_migration_is_refused_with_a_clear_error(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE schema_migrations SET checksum = 'edited-after-apply'")
+    with pytest.raises(MigrationChecksumMismatch, match=r"0001_initial\.sql was changed") as info:
+        asyncio.run(migrate(pg_url))
+    assert info.value.code == "migration_checksum_mismatch"
+    assert run_migrate(pg_url) == 1
+    assert "migration_checksum_mismatch" in capsys.readouterr().err

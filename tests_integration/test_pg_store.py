@@ -1,0 +1,207 @@
+"""PostgreSQL-only behaviour: concurrent claimers, fencing, atomicity, deadlines, the claim plan."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import Counter
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from builders import T0, at, creation, new_order, reserved_change
+from conftest import Run
+
+from orderflow_core.errors import StoreUnavailable
+from orderflow_core.model import Change, Claim, Refund
+from orderflow_core.states import RefundStatus, Role
+from orderflow_pg import PgOrderStore
+from orderflow_pg.embedded import forget_dead_holders
+from orderflow_pg.queries import query
+from orderflow_pg.writes import GuardLost, apply_update
+
+pytestmark = pytest.mark.postgres
+
+
+async def _claim_until_empty(store: PgOrderStore, owner: str, now: Any) -> list[Claim]:
+    claimed: list[Claim] = []
+    while batch := await store.claim_due(owner=owner, now=now, limit=20, lease_s=30):
+        claimed.extend(batch)
+    return claimed
+
+
+async def _four_executors(url: str, now: Any) -> list[Claim]:
+    async with AsyncExitStack() as stack:
+        stores = [
+            await stack.enter_async_context(PgOrderStore.open(url, min_size=1, max_size=1))
+            for _ in range(4)
+        ]
+        batches = await asyncio.gather(
+            *(_claim_until_empty(s, f"executor-{i}", now) for i, s in enumerate(stores))
+        )
+    return [claim for batch in batches for claim in batch]
+
+
+def test_four_executors_claim_each_of_500_steps_exactly_once_per_generation(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    for _ in range(500):
+        run(pg_store.create(creation(new_order(), key=None)))
+    started = time.monotonic()
+    first = run(_four_executors(pg_url, T0))
+    elapsed = time.monotonic() - started
+    assert Counter(c.step_id for c in first).most_common(1)[0][1] == 1
+    assert len(first) == 500
+    assert {c.attempt for c in first} == {1}
+    assert len({c.owner for c in first}) > 1, "the work was spread across executors"
+    second = run(_four_executors(pg_url, at(31)))  # every lease has expired
+    assert sorted(c.step_id for c in second) == sorted(c.step_id for c in first)
+    assert {c.attempt for c in second} == {2}
+    print(f"500 claims by 4 executors in {elapsed:.3f} s ({500 / elapsed:.0f} claims/s)")
+
+
+def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    step = run(pg_store.load(order.order_id)).steps[0]
+    stale = reserved_change(order, step, attrs.evolve(claim, attempt=claim.attempt - 1), worker="A")
+
+    async def write_without_the_lock() -> None:
+        conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+        async with conn, conn.transaction(force_rollback=True):
+            await apply_update(conn, order.order_id, stale)
+
+    with pytest.raises(GuardLost):
+        run(write_without_the_lock())
+
+
+def test_a_database_error_midway_through_a_transition_leaves_nothing_visible(
+    pg_store: PgOrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    [claim] = run(pg_store.claim_due(owner="w", now=T0, limit=1, lease_s=30))
+    before = run(pg_store.load(order.order_id))
+    change = reserved_change(order, before.steps[0], claim, worker="w")
+    broken_refund = Refund(  # violates CHECK (amount_minor > 0), written after order and steps
+        refund_id=uuid.uuid4(),
+        order_id=order.order_id,
+        amount_minor=-1,
+        reason="x",
+        status=RefundStatus.REQUESTED,
+        requested_by="op",
+        created_at=at(5),
+        updated_at=at(5),
+        step_id=claim.step_id,
+    )
+    change = attrs.evolve(change, refunds=(broken_refund,))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        run(pg_store.update(order.order_id, lambda _: (change, None)))
+    assert run(pg_store.load(order.order_id)) == before
+    assert len(run(pg_store.history(order.order_id))) == 1
+    assert len(run(pg_store.events(after=0, limit=10))) == 1
+
+
+def test_a_statement_past_its_deadline_is_a_transient_store_error(
+    pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+
+    async def scenario() -> bool:
+        async with PgOrderStore.open(pg_url, statement_timeout_s=0.3) as store:
+            await store.create(creation(order, key=None))
+            async with await psycopg.AsyncConnection.connect(pg_url) as holder:
+                lock = "SELECT 1 FROM orders WHERE order_id = %s FOR UPDATE"
+                await holder.execute(lock, (order.order_id,))
+                with pytest.raises(StoreUnavailable, match="QueryCanceled"):
+                    await store.update(order.order_id, lambda _: (Change(), None))
+                await holder.rollback()
+            return await store.ping()
+
+    assert run(scenario()) is True, "the pool recovers once the lock is gone"
+
+
+def test_an_unreachable_database_is_a_transient_store_error(run: Run[Any]) -> None:
+    async def scenario() -> None:
+        url = "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1"
+        async with PgOrderStore.open(url, statement_timeout_s=0.5, connect_timeout_s=0.5):
+            pass
+
+    with pytest.raises(StoreUnavailable):
+        run(scenario())
+
+
+FINISHED_STEPS = """
+INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, idempotency_key, created_at,
+                            attempt, max_attempts)
+SELECT lpad(to_hex(g), 32, '0')::uuid, %(order_id)s, 'reserve', g + 10, 'succeeded',
+       'finished-' || lpad(g::text, 8, '0'), %(at)s, 1, 5
+FROM generate_series(1, %(count)s) AS g
+"""
+
+
+def _claim_plan(url: str, order_id: uuid.UUID, finished: int) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # skip FK checks of bulk rows
+        conn.execute(FINISHED_STEPS, {"order_id": order_id, "at": T0, "count": finished})
+        conn.execute("ANALYZE workflow_steps")
+        params = {"now": at(60), "expires_at": at(90), "owner": "w", "limit": 20}
+        with conn.transaction(force_rollback=True):
+            plan = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + query("claim_due"), params)
+            return "\n".join(row[0] for row in plan.fetchall())
+
+
+@pytest.mark.slow
+def test_the_claim_stays_two_partial_index_scans_with_a_million_finished_steps(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    for _ in range(50):
+        run(pg_store.create(creation(new_order(), key=None)))
+    plan = _claim_plan(pg_url, order.order_id, 1_000_000)
+    print(plan)
+    assert "Index Scan using workflow_steps_due_idx" in plan
+    assert "Index Scan using workflow_steps_lease_idx" in plan
+    assert "Seq Scan" not in plan
+    assert re.search(r"rows=20(\.00)? loops=1", plan.splitlines()[0]), "claimed a full batch"
+
+
+def test_users_are_found_by_token_hash_only(pg_store: PgOrderStore, run: Run[Any]) -> None:
+    assert run(pg_store.users.has_users()) is False
+    run(pg_store.users.upsert_user("order_customer", Role.CUSTOMER, "hash-1"))
+    run(pg_store.users.upsert_user("order_customer", Role.CUSTOMER, "hash-2"))
+    principal = run(pg_store.users.principal_for_token_hash("hash-2"))
+    assert (principal.user_id, principal.role) == ("order_customer", Role.CUSTOMER)
+    assert run(pg_store.users.principal_for_token_hash("hash-1")) is None
+    assert run(pg_store.users.has_users()) is True
+
+
+def test_published_events_leave_the_relay_queue(pg_store: PgOrderStore, run: Run[Any]) -> None:
+    for _ in range(3):
+        run(pg_store.create(creation(new_order(), key=None)))
+    pending = run(pg_store.unpublished_events(10))
+    run(pg_store.mark_published([e.seq for e in pending[:2]], T0 + timedelta(seconds=1)))
+    assert [e.seq for e in run(pg_store.unpublished_events(10))] == [pending[2].seq]
+    assert len(run(pg_store.events(after=0, limit=10))) == 3
+
+
+def test_a_migrated_database_is_ready(pg_store: PgOrderStore, run: Run[Any]) -> None:
+    assert run(pg_store.ping()) is True
+    assert run(pg_store.migrations_current()) is True
+
+
+def test_dead_holders_of_an_embedded_server_are_forgotten(tmp_path: Path) -> None:
+    dead = 2**22 + 12345  # above the default pid_max, so no such process
+    (tmp_path / ".handle_pids.json").write_text(f"[1, {dead}]")
+    assert forget_dead_holders(tmp_path) == [dead]
+    assert (tmp_path / ".handle_pids.json").read_text() == "[1]"

@@ -1,0 +1,259 @@
+"""One behaviour suite, run against the in-memory store and PostgreSQL: the fake cannot drift."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import attrs
+import pytest
+from builders import (
+    T0,
+    at,
+    audit,
+    creation,
+    event,
+    idempotency,
+    new_order,
+    new_step,
+    reserved_change,
+)
+from conftest import Run
+
+from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
+from orderflow_core.model import Change, OrderAggregate, Refund
+from orderflow_core.ports import OrderStore
+from orderflow_core.states import OrderState, RefundStatus, StepStatus
+from orderflow_core.testing import InMemoryOrderStore
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> OrderStore:
+    if request.param == "memory":
+        return InMemoryOrderStore()
+    pg_store: OrderStore = request.getfixturevalue("pg_store")
+    return pg_store
+
+
+def unchanged(aggregate: OrderAggregate) -> tuple[Change, None]:
+    return Change(), None
+
+
+def test_a_created_order_reads_back_exactly_as_written(store: OrderStore, run: Run[Any]) -> None:
+    order = new_order()
+    change = creation(order)
+    run(store.create(change))
+    loaded = run(store.load(order.order_id))
+    assert loaded == OrderAggregate(order=order, steps=change.steps)
+    assert run(store.history(order.order_id)) == list(change.history)
+    assert run(store.audit_entries(order.order_id)) == list(change.audit)
+    assert run(store.events(after=0, limit=10)) == [attrs.evolve(change.events[0], seq=1)]
+    key = change.idempotency
+    assert key is not None
+    assert run(store.find_idempotency(key.user_id, key.scope, key.key)) == key
+
+
+def test_a_reused_idempotency_key_is_refused_and_nothing_is_written(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    run(store.create(creation(new_order())))
+    second = new_order()
+    with pytest.raises(DuplicateIdempotencyKey):
+        run(store.create(creation(second)))
+    assert run(store.load(second.order_id)) is None
+    assert len(run(store.events(after=0, limit=10))) == 1
+
+
+def test_two_concurrent_creates_with_one_key_make_exactly_one_order(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    first, second = new_order(), new_order()
+
+    async def both() -> list[BaseException | None]:
+        changes = (creation(first), creation(second))
+        return await asyncio.gather(*(store.create(c) for c in changes), return_exceptions=True)
+
+    results = run(both())
+    assert sorted(type(r).__name__ for r in results) == ["DuplicateIdempotencyKey", "NoneType"]
+    loaded = [run(store.load(o.order_id)) for o in (first, second)]
+    assert sum(a is not None for a in loaded) == 1
+
+
+def test_an_unknown_order_cannot_be_updated(store: OrderStore, run: Run[Any]) -> None:
+    with pytest.raises(NotFound):
+        run(store.update(uuid.uuid4(), unchanged))
+
+
+def test_an_update_applies_every_part_of_the_change_and_returns_the_value(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    [claim] = run(store.claim_due(owner="w1", now=T0, limit=5, lease_s=30))
+    step = run(store.load(order.order_id)).steps[0]
+    change = reserved_change(order, step, claim, worker="w1")
+    refund = Refund(
+        refund_id=uuid.uuid4(),
+        order_id=order.order_id,
+        amount_minor=100,
+        reason="goodwill",
+        status=RefundStatus.REQUESTED,
+        requested_by="operator",
+        created_at=at(5),
+        updated_at=at(5),
+        step_id=change.steps[1].step_id,
+    )
+    processed = uuid.uuid4()
+    change = attrs.evolve(change, refunds=(refund,), processed_event_id=processed)
+    assert run(store.update(order.order_id, lambda _: (change, "decided"))) == "decided"
+    loaded = run(store.load(order.order_id))
+    assert loaded == OrderAggregate(order=change.order, steps=change.steps, refunds=(refund,))
+    assert run(store.history(order.order_id))[-1] == change.history[0]
+    assert run(store.audit_entries(order.order_id))[-1] == change.audit[0]
+    assert [e.type for e in run(store.events(after=0, limit=10))] == [
+        "OrderCreated",
+        "OrderReserved",
+    ]
+
+
+def test_a_change_under_a_lost_generation_writes_only_its_rejection(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    [claim_a] = run(store.claim_due(owner="A", now=T0, limit=5, lease_s=30))
+    step = run(store.load(order.order_id)).steps[0]
+    [claim_b] = run(store.claim_due(owner="B", now=at(31), limit=5, lease_s=30))
+    assert claim_b.attempt == claim_a.attempt + 1
+    change_b = reserved_change(order, step, claim_b, worker="B")
+    run(store.update(order.order_id, lambda _: (change_b, None)))
+    change_a = reserved_change(order, step, claim_a, worker="A")
+    run(store.update(order.order_id, lambda _: (change_a, None)))
+    loaded = run(store.load(order.order_id))
+    assert loaded.steps[0].result == {"reservation_id": "r-1", "by": "B"}
+    assert [a.worker for a in loaded.steps[0].attempts] == ["B"]
+    assert [h.actor for h in run(store.history(order.order_id))] == ["alice", "B"]
+    assert len(run(store.events(after=0, limit=10))) == 2
+    assert run(store.audit_entries(order.order_id))[-1] == change_a.on_reject
+
+
+def test_a_change_with_an_already_processed_event_id_is_a_no_op(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    processed = uuid.uuid4()
+    for state in (OrderState.RESERVING, OrderState.CANCELLED):
+        moved = attrs.evolve(order, state=state)
+        change = Change(order=moved, audit=(audit(moved, "x"),), processed_event_id=processed)
+        run(store.update(order.order_id, lambda _, c=change: (c, None)))
+    assert run(store.load(order.order_id)).order.state is OrderState.RESERVING
+    assert len(run(store.audit_entries(order.order_id))) == 2
+
+
+def test_a_replayed_event_id_reaches_the_outbox_once(store: OrderStore, run: Run[Any]) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    same = event(order, "OrderPoked")
+    for _ in range(2):
+        run(store.update(order.order_id, lambda _: (Change(events=(same,)), None)))
+    assert [e.type for e in run(store.events(after=0, limit=10))] == ["OrderCreated", "OrderPoked"]
+
+
+def test_an_update_reusing_an_idempotency_key_is_refused_and_writes_nothing(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key="k")))
+    moved = attrs.evolve(order, state=OrderState.CANCELLED)
+    change = Change(order=moved, idempotency=idempotency(order, "k"))
+    with pytest.raises(DuplicateIdempotencyKey):
+        run(store.update(order.order_id, lambda _: (change, None)))
+    assert run(store.load(order.order_id)).order.state is OrderState.CREATED
+
+
+def test_a_failure_between_the_writes_of_a_transition_leaves_nothing_visible(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    [claim] = run(store.claim_due(owner="w1", now=T0, limit=5, lease_s=30))
+    before = run(store.load(order.order_id))
+    change = reserved_change(order, before.steps[0], claim, worker="w1")
+    store.fail_after_order_write = RuntimeError("injected")  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="injected"):
+        run(store.update(order.order_id, lambda _: (change, None)))
+    assert run(store.load(order.order_id)) == before
+    assert len(run(store.history(order.order_id))) == 1
+    assert len(run(store.audit_entries(order.order_id))) == 1
+    assert len(run(store.events(after=0, limit=10))) == 1
+
+
+def test_claim_takes_due_and_lease_expired_steps_and_leaves_the_rest(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    due, later, done = new_order(), new_order(), new_order()
+    run(store.create(creation(due, key=None, due=T0)))
+    run(store.create(creation(later, key=None, due=at(60))))
+    finished = new_step(done, status=StepStatus.SUCCEEDED, due=None)
+    run(store.create(Change(order=done, steps=(finished,))))
+    [claim] = run(store.claim_due(owner="A", now=at(1), limit=10, lease_s=30))
+    assert (claim.order_id, claim.attempt, claim.owner) == (due.order_id, 1, "A")
+    assert claim.lease_expires_at == at(31)
+    step = run(store.load(due.order_id)).steps[0]
+    assert (step.status, step.attempt, step.lease_owner) == (StepStatus.RUNNING, 1, "A")
+    assert run(store.claim_due(owner="B", now=at(30), limit=10, lease_s=30)) == []
+    claims = run(store.claim_due(owner="B", now=at(61), limit=10, lease_s=30))
+    assert sorted((c.order_id, c.attempt) for c in claims) == sorted(
+        [(due.order_id, 2), (later.order_id, 1)]
+    )
+
+
+def test_claim_hands_out_at_most_limit_steps(store: OrderStore, run: Run[Any]) -> None:
+    for _ in range(5):
+        run(store.create(creation(new_order(), key=None)))
+    assert len(run(store.claim_due(owner="A", now=T0, limit=3, lease_s=30))) == 3
+    assert len(run(store.claim_due(owner="B", now=T0, limit=3, lease_s=30))) == 2
+
+
+def test_a_lease_is_renewed_only_by_its_holder_before_it_expires(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    [claim] = run(store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    assert run(store.renew_lease(claim, now=at(10), lease_s=30)) is True
+    assert run(store.load(order.order_id)).steps[0].lease_expires_at == at(40)
+    assert run(store.renew_lease(attrs.evolve(claim, owner="B"), now=at(11), lease_s=30)) is False
+    assert run(store.renew_lease(attrs.evolve(claim, attempt=2), now=at(11), lease_s=30)) is False
+    assert run(store.renew_lease(claim, now=at(40), lease_s=30)) is False
+
+
+def test_orders_are_listed_newest_first_in_keyset_pages_with_filters(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    orders = [new_order(customer=c, created=at(i)) for i, c in enumerate("ababa")]
+    for order in orders:
+        run(store.create(creation(order, key=None)))
+    newest_first = [o.order_id for o in reversed(orders)]
+    page = run(store.list_orders(customer_id=None, state=None, limit=2, before=None))
+    assert [o.order_id for o in page] == newest_first[:2]
+    cursor = (page[-1].created_at, page[-1].order_id)
+    page = run(store.list_orders(customer_id=None, state=None, limit=10, before=cursor))
+    assert [o.order_id for o in page] == newest_first[2:]
+    only_b = run(store.list_orders(customer_id="b", state=None, limit=10, before=None))
+    assert [o.order_id for o in only_b] == [orders[3].order_id, orders[1].order_id]
+    shipped = run(
+        store.list_orders(customer_id=None, state=OrderState.SHIPPED, limit=10, before=None)
+    )
+    assert shipped == []
+
+
+def test_events_come_oldest_first_after_a_sequence_number(store: OrderStore, run: Run[Any]) -> None:
+    for _ in range(4):
+        run(store.create(creation(new_order(), key=None)))
+    seqs = [e.seq for e in run(store.events(after=0, limit=10))]
+    assert seqs == sorted(seqs)
+    assert len(seqs) == 4
+    assert [e.seq for e in run(store.events(after=seqs[1], limit=1))] == [seqs[2]]
