@@ -205,16 +205,19 @@ WHERE step_id = %(step_id)s
   AND lease_expires_at > %(now)s
 
 -- events --
--- The outbox feed after a sequence number, oldest first
-SELECT * FROM outbox WHERE seq > %(after)s ORDER BY seq LIMIT %(limit)s
+-- The published feed after a feed number, in publication order (seq is the feed number here)
+SELECT event_id, order_id, type, payload, created_at, feed_seq AS seq
+FROM outbox WHERE feed_seq > %(after)s ORDER BY feed_seq LIMIT %(limit)s
 
 -- unpublished_events --
 -- What the relay has not yet published, oldest first
 SELECT * FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT %(limit)s
 
 -- mark_published --
--- Record that the relay handed these events on
-UPDATE outbox SET published_at = %(now)s
+-- Publish events to the feed; the advisory lock makes feed numbers grow in commit order
+WITH feed_lock AS (SELECT pg_advisory_xact_lock(784215311) AS locked)
+UPDATE outbox SET published_at = %(now)s, feed_seq = nextval('outbox_feed_seq')
+FROM feed_lock
 WHERE seq = ANY(%(seqs)s) AND published_at IS NULL
 
 -- ping --

@@ -1,5 +1,9 @@
 """Random commands, outcomes, crashes, stalls and clock jumps against two executors on one
-in-memory store; the six rules of CONTRACT §1 are checked after every step."""
+store; the six rules of CONTRACT §1 are checked after every step, through the store port.
+
+The machine runs on the in-memory store here; `tests_integration/test_stateful_pg.py` runs the
+same machine on PostgreSQL by overriding `make_world` and `close_world`.
+"""
 
 from __future__ import annotations
 
@@ -70,8 +74,14 @@ class OrderflowMachine(RuleBasedStateMachine):
         self.stalled: asyncio.Future[Claim] | None = None
         self.stall_release: asyncio.Future[None] | None = None
         self.stalls: list[Stall] = []
-        self.world = World(executors=2, checkpoint=self._checkpoint)
-        self.order_ids: list[UUID] = []
+        self.world = self.make_world()
+
+    def make_world(self) -> World:
+        """The world under test; subclasses put it on another store."""
+        return World(executors=2, checkpoint=self._checkpoint)
+
+    def close_world(self) -> None:
+        self.world.close()
 
     async def _checkpoint(self, name: str, claim: Claim) -> None:
         if self.crash_at.get(claim.owner) == name:
@@ -89,7 +99,7 @@ class OrderflowMachine(RuleBasedStateMachine):
         try:
             self._finish()
         finally:
-            self.world.close()
+            self.close_world()
 
     def _finish(self) -> None:
         w = self.world
@@ -102,7 +112,7 @@ class OrderflowMachine(RuleBasedStateMachine):
             w.clock.advance(w.timing.reservation_ttl_s + 1)
             w.settle(max_rounds=400)
         check_all_rules(w)
-        for order_id in self.order_ids:
+        for order_id in w.order_ids:
             aggregate = w.load(order_id)
             assert aggregate.order.is_terminal or aggregate.needs_attention, (
                 aggregate.order.state,
@@ -115,9 +125,7 @@ class OrderflowMachine(RuleBasedStateMachine):
 
     @rule(target=orders, lines=items)
     def create_order(self, lines: list[Item]) -> UUID:
-        order_id = self.world.create(*lines)
-        self.order_ids.append(order_id)
-        return order_id
+        return self.world.create(*lines)
 
     @rule(op=st.sampled_from(sorted(FAULTS)), data=st.data())
     def script_fault(self, op: tuple[str, str], data: st.DataObject) -> None:

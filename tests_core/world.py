@@ -1,4 +1,5 @@
-"""A whole orderflow in memory: store, fake clock, simulated services, service, executors."""
+"""A whole orderflow on one event loop: a store (in memory unless given), a fake clock, the
+simulated services in process, the service and executors."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from orderflow_core import (
     hash_token,
 )
 from orderflow_core.executor import Checkpoint
+from orderflow_core.ports import OrderStore
+from orderflow_core.relay import OutboxFeed, OutboxRelay
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
 from orderflow_core.testing.sim_adapters import simulated_services
 from orderflow_core.testing.simulation import Simulator
@@ -41,10 +44,19 @@ def sequential_ids() -> Any:
 class World:
     """Everything a scenario needs, driven step by step on one event loop."""
 
-    def __init__(self, *, executors: int = 1, checkpoint: Checkpoint | None = None) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(
+        self,
+        *,
+        executors: int = 1,
+        checkpoint: Checkpoint | None = None,
+        store: OrderStore | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        # A store bound to a loop (a PgOrderStore's pool) comes with that loop.
+        self.loop = loop or asyncio.new_event_loop()
         self.clock = FakeClock()
-        self.store = InMemoryOrderStore()
+        self.store: OrderStore = store if store is not None else InMemoryOrderStore()
+        self.order_ids: list[UUID] = []
         self.sim = Simulator(now=self.clock.now)
         self.services = simulated_services(self.sim)
         self.timing = Timing()
@@ -68,8 +80,10 @@ class World:
             for i in range(executors)
         ]
         self._keys = itertools.count(1)
+        feed: OutboxFeed = self.store  # type: ignore[assignment]  # both stores are feeds too
+        self.relay = OutboxRelay(feed, self.clock)
 
-    def close(self) -> None:
+    def close(self, *, close_loop: bool = True) -> None:
         async def cancel_all() -> None:
             pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in pending:
@@ -77,7 +91,8 @@ class World:
             await asyncio.gather(*pending, return_exceptions=True)
 
         self.loop.run_until_complete(cancel_all())
-        self.loop.close()
+        if close_loop:
+            self.loop.close()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -87,7 +102,9 @@ class World:
         view, _ = self.run(
             self.service.create_order(principal, f"key-{next(self._keys)}", lines, "RUB")
         )
-        return view.aggregate.order.order_id
+        order_id = view.aggregate.order.order_id
+        self.order_ids.append(order_id)
+        return order_id
 
     def load(self, order_id: UUID) -> OrderAggregate:
         aggregate = self.run(self.store.load(order_id))
@@ -117,6 +134,18 @@ class World:
     def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
         history = self.run(self.store.history(order_id))
         return [(h.from_state.value if h.from_state else None, h.to_state.value) for h in history]
+
+    def publish(self) -> int:
+        """Run the outbox relay until every committed event is in the feed; returns how many."""
+        published = 0
+        while ran := self.run(self.relay.run_once()):
+            published += ran
+        return published
+
+    def effects(self) -> dict[str, list[dict[str, Any]]]:
+        """What the simulated services did, for every order."""
+        effects: dict[str, list[dict[str, Any]]] = self.sim.ledger()["effects"]
+        return effects
 
     def charges(self, order_id: UUID) -> list[dict[str, Any]]:
         effects = self.sim.ledger(order_id=str(order_id))["effects"]

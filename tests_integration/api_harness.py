@@ -31,6 +31,7 @@ from referencing.jsonschema import DRAFT202012
 from orderflow_core.executor import Executor
 from orderflow_core.model import Principal
 from orderflow_core.ports import OrderStore
+from orderflow_core.relay import OutboxRelay
 from orderflow_core.service import OrderService, hash_token
 from orderflow_core.states import Role
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
@@ -117,8 +118,11 @@ class World:
 
     async def drive(self, *, seconds: float = 0.0, rounds: int = 50) -> None:
         """Run every due step until none is left, moving the clock `seconds` between rounds."""
+        relay = OutboxRelay(self.store, self.clock)  # type: ignore[arg-type]
         for _ in range(rounds):
-            if not await self.executor.run_once():
+            ran = await self.executor.run_once()
+            await relay.run_once()
+            if not ran:
                 if not seconds:
                     return
                 self.clock.advance(seconds)

@@ -43,7 +43,7 @@ EXPECTED_COLUMNS = {
     "refunds": _names(Refund),
     "order_history": _names(HistoryEntry, "id"),
     "audit_log": _names(AuditEntry, "id"),
-    "outbox": _names(OutboxEvent, "published_at"),
+    "outbox": _names(OutboxEvent, "published_at", "feed_seq"),
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency),
     "users": {"user_id", "role", "token_hash"},
@@ -115,10 +115,11 @@ def test_two_runner_processes_at_once_both_succeed_and_apply_each_file_once(
     outputs = [runner.communicate(timeout=60) for runner in runners]
     assert [runner.returncode for runner in runners] == [0, 0], outputs
     said = sorted(out.strip() for out, _ in outputs)
-    assert said == ["applied 0001_initial.sql", "schema is up to date"]
+    names = [f.name for f in migration_files()]
+    assert said == ["\n".join(f"applied {n}" for n in names), "schema is up to date"]
     with psycopg.connect(fresh_database_url) as conn:
-        rows = conn.execute("SELECT name FROM schema_migrations").fetchall()
-    assert rows == [("0001_initial.sql",)]
+        rows = conn.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()
+    assert rows == [(n,) for n in names]
 
 
 def test_a_changed_applied_migration_is_refused_with_a_clear_error(

@@ -41,6 +41,7 @@ class InMemoryOrderStore:
         self.idempotency: dict[tuple[str, str, str], ApiIdempotency] = {}
         self.processed_events: set[UUID] = set()
         self.committed: list[Change] = []
+        self.feed: list[OutboxEvent] = []  # published events, numbered in publication order
         # A test may set this to raise inside a write, between two of its parts.
         self.fail_after_order_write: Exception | None = None
 
@@ -181,7 +182,19 @@ class InMemoryOrderStore:
             return True
 
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
-        return [e for e in self.outbox if e.seq > after][:limit]
+        return [e for e in self.feed if e.seq > after][:limit]
+
+    async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
+        published = {e.event_id for e in self.feed}
+        return [e for e in self.outbox if e.event_id not in published][:limit]
+
+    async def mark_published(self, seqs: list[int], now: datetime) -> None:
+        del now
+        async with self._lock:
+            published = {e.event_id for e in self.feed}
+            for event in self.outbox:
+                if event.seq in seqs and event.event_id not in published:
+                    self.feed.append(attrs.evolve(event, seq=len(self.feed) + 1))
 
 
 def _is_claimable(step: Step, now: datetime) -> bool:

@@ -1,0 +1,182 @@
+"""One measured configuration: fresh database, mocks, API, workers, load, numbers, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from bench import launch, load, pgadmin, profiling
+from bench.stats import latency_ms
+
+
+@attrs.frozen
+class Setup:
+    """What every scenario of a run shares."""
+
+    launcher: str
+    server_url: str
+    template: str
+    db_prefix: str
+    customer_token: str
+    operator_token: str
+    concurrency: int
+    clients: int
+    timeout_s: float
+
+
+@attrs.frozen
+class Load:
+    """Closed loop (`orders` set: as fast as accepted) or open loop (`rate` for `seconds`)."""
+
+    orders: int = 0
+    rate: float = 0.0
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.rate:
+            return f"open loop {self.rate:g}/s for {self.seconds:g} s"
+        return f"closed loop, {self.orders} orders"
+
+
+@attrs.define
+class Nodes:
+    mocks: launch.Node
+    api: launch.Node
+    workers: list[launch.Node]
+    mocks_port: int
+    api_port: int
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def all(self) -> list[launch.Node]:
+        return [self.mocks, self.api, *self.workers]
+
+
+@contextlib.contextmanager
+def _started(setup: Setup, name: str, db_url: str, latency: int, workers: int) -> Iterator[Nodes]:
+    mocks_port, api_port = launch.free_port(), launch.free_port()
+    mocks_url = f"http://127.0.0.1:{mocks_port}"
+    base = {
+        "ORDERFLOW_DATABASE_URL": db_url,
+        "ORDERFLOW_CUSTOMER_TOKEN": setup.customer_token,
+        "ORDERFLOW_OPERATOR_TOKEN": setup.operator_token,
+        "ORDERFLOW_WAREHOUSE_URL": mocks_url,
+        "ORDERFLOW_PAYMENTS_URL": mocks_url,
+        "ORDERFLOW_SHIPPING_URL": mocks_url,
+        "ORDERFLOW_MAX_CONCURRENT_STEPS": str(setup.concurrency),
+    }
+    started: list[launch.Node] = []
+
+    def start(role: str, node: str, env: dict[str, str]) -> launch.Node:
+        argv = launch.command_for(setup.launcher, role)
+        started.append(launch.Node(f"{name}-{node}", argv, {**base, **env}))
+        return started[-1]
+
+    try:
+        mocks = start("mocks", "mocks", {
+            "ORDERFLOW_MOCKS_PORT": str(mocks_port),
+            "ORDERFLOW_MOCKS_LATENCY_MS": str(latency),
+        })
+        api = start("api", "api", {"ORDERFLOW_HTTP_PORT": str(api_port)})
+        nodes = Nodes(mocks, api, [], mocks_port, api_port)
+        for i in range(workers):
+            nodes.workers.append(start("worker", f"worker{i}", {"ORDERFLOW_WORKER_ID": f"w{i}"}))
+        yield nodes
+    finally:
+        for node in reversed(started):
+            node.stop()
+
+
+async def _drive(
+    setup: Setup, nodes: Nodes, db_url: str, load_spec: Load
+) -> tuple[list[load.Posted], load.Watch]:
+    expected: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    seen = load.Watch()
+    watcher = asyncio.create_task(load.watch(db_url, expected, seen, timeout_s=setup.timeout_s))
+    try:
+        if load_spec.rate:
+            posted = await load.open_loop(
+                nodes.api_url, setup.customer_token, rate=load_spec.rate, seconds=load_spec.seconds
+            )
+        else:
+            posted = await load.closed_loop(
+                nodes.api_url, setup.customer_token, orders=load_spec.orders, clients=setup.clients
+            )
+        expected.set_result(sum(1 for p in posted if p.status == 202))
+        await watcher
+    finally:
+        watcher.cancel()
+    return posted, seen
+
+
+async def run(
+    setup: Setup, name: str, *, latency: int, workers: int, load_spec: Load,
+    profile_to: str | None = None,
+) -> dict[str, Any]:
+    """Measure one configuration on its own fresh database; the figures of the report."""
+    dbname = f"{setup.db_prefix}{name}"
+    db_url = pgadmin.create_database(setup.server_url, dbname, template=setup.template)
+    try:
+        with _started(setup, name, db_url, latency, workers) as nodes:
+            await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
+            await launch.wait_for_port(nodes.api, nodes.api_port)
+            spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
+            posted, seen = await _drive(setup, nodes, db_url, load_spec)
+            profile = profiling.finish(spy) if spy else None
+            rss = {n.name.removeprefix(f"{name}-"): n.peak_rss_mib() for n in nodes.all()}
+            for node in nodes.all():
+                node.check_alive()
+        pgadmin.wait_no_sessions(setup.server_url, dbname)
+        commits = pgadmin.xact_commit(setup.server_url, dbname) - seen.polls
+        outcome = await load.outcome_counts(db_url)
+    finally:
+        pgadmin.drop_database(setup.server_url, dbname)
+    return _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
+                    profile)
+
+
+def _figures(
+    load_spec: Load, latency: int, workers: int, setup: Setup, posted: list[load.Posted],
+    seen: load.Watch, commits: int, outcome: dict[str, Any], rss: dict[str, float],
+    profile: dict[str, Any] | None,
+) -> dict[str, Any]:
+    accepted = [p for p in posted if p.status == 202]
+    first = min((p.started for p in posted), default=time.monotonic())
+    last_post = max((p.started + p.latency_s for p in posted), default=first)
+    elapsed = (seen.finished or time.monotonic()) - first
+    shipped = outcome["states"].get("shipped", 0)
+    figures: dict[str, Any] = {
+        "load": load_spec.describe(),
+        "offered_rate": load_spec.rate or None,
+        "mocks_latency_ms": latency,
+        "workers": workers,
+        "concurrency_per_worker": setup.concurrency,
+        "orders_posted": len(posted),
+        "orders_accepted": len(accepted),
+        "post_errors": {str(s): sum(1 for p in posted if p.status == s)
+                        for s in sorted({p.status for p in posted} - {202})},
+        "completed": seen.finished is not None,
+        "states": outcome["states"],
+        "elapsed_s": round(elapsed, 2),
+        "post_phase_s": round(last_post - first, 2),
+        "orders_per_s": round(shipped / elapsed, 1) if elapsed > 0 else None,
+        "steps_per_s": round(outcome["attempts_finished"] / elapsed, 1) if elapsed > 0 else None,
+        "xact_commit": commits,
+        "xacts_per_order": round(commits / len(accepted), 2) if accepted else None,
+        "post_latency_ms": latency_ms([p.latency_s for p in accepted]),
+        "created_to_shipped_ms": latency_ms(outcome["flow_s"]),
+        "peak_rss_mib": rss,
+    }
+    figures["steps_per_s_per_worker"] = (
+        round(figures["steps_per_s"] / workers, 1) if figures["steps_per_s"] else None
+    )
+    if profile is not None:
+        figures["profile"] = profile
+    return figures

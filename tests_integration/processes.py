@@ -1,0 +1,109 @@
+"""Real `orderflow` processes for the CLI tests: start, read their output, stop, kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+CUSTOMER_TOKEN = "customer-token-for-tests-0001"
+OPERATOR_TOKEN = "operator-token-for-tests-0001"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORDERFLOW_")}
+    env.update(ORDERFLOW_CUSTOMER_TOKEN=CUSTOMER_TOKEN, ORDERFLOW_OPERATOR_TOKEN=OPERATOR_TOKEN)
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A running `orderflow COMMAND` whose output lines are collected as they come."""
+
+    def __init__(self, command: str, env: dict[str, str]) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "orderflow.cli", command],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self._queue.put(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout_s: float = 60.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        regex = re.compile(pattern)
+        for line in self.lines:
+            if found := regex.search(line):
+                return found
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.lines.append(line)
+            if found := regex.search(line):
+                return found
+        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        self.popen.kill()
+        self.popen.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.kill()
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+
+
+def http(method: str, url: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
+    """Poll `check` until it holds or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)  # a polling interval, not a wait for a condition
+    raise AssertionError(f"timed out waiting for {what or check}")
