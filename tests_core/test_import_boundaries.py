@@ -1,0 +1,73 @@
+"""The dependency rule, read from the source: the core needs only the standard library and
+attrs; adapters import the core, never each other; only `orderflow/` imports everything."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = {"orderflow", "orderflow_core", "orderflow_pg", "orderflow_http", "orderflow_mocks"}
+ALLOWED = {
+    "orderflow_core": {"orderflow_core", "attrs"},
+    "orderflow_pg": {"orderflow_core", "orderflow_pg"},
+    "orderflow_http": {"orderflow_core", "orderflow_http"},
+    "orderflow_mocks": {"orderflow_core", "orderflow_mocks"},
+}
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def modules_of(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_what_the_dependency_rule_allows(package: str) -> None:
+    assert modules_of(package), f"{package} has no modules"
+    for path in modules_of(package):
+        roots = imported_roots(path)
+        ours = roots & OURS
+        assert ours <= ALLOWED[package], (path, ours - ALLOWED[package])
+        if package == "orderflow_core":
+            foreign = {r for r in roots - ALLOWED[package] - {"__future__"}
+                       if r not in sys.stdlib_module_names}
+            assert not foreign, (path, foreign)
+
+
+def test_the_boundary_check_would_notice_a_forbidden_import(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("import psycopg\nfrom orderflow_pg.store import PgOrderStore\n")
+    assert imported_roots(module) == {"psycopg", "orderflow_pg"}
+
+
+def test_every_core_module_imports_with_psycopg_and_aiohttp_unavailable() -> None:
+    names = [
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in modules_of("orderflow_core")
+    ]
+    program = (
+        "import sys\n"
+        "for blocked in ('psycopg', 'psycopg_pool', 'aiohttp'):\n"
+        "    sys.modules[blocked] = None\n"
+        "import importlib\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(len(sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
