@@ -122,6 +122,8 @@ class Executor:
             )
         except Exception:
             log.exception("step %s attempt %s failed unexpectedly", claim.step_id, claim.attempt)
+        finally:
+            self._wake.set()  # a slot is free, and the step may have made its successor due
 
     async def process(self, claim: Claim) -> None:
         """One attempt of one claimed step: intent, call, result."""

@@ -108,7 +108,7 @@ def test_a_database_error_midway_through_a_transition_leaves_nothing_visible(
         run(pg_store.update(order.order_id, lambda _: (change, None)))
     assert run(pg_store.load(order.order_id)) == before
     assert len(run(pg_store.history(order.order_id))) == 1
-    assert len(run(pg_store.events(after=0, limit=10))) == 1
+    assert len(run(pg_store.unpublished_events(limit=10))) == 1
 
 
 def test_a_statement_past_its_deadline_is_a_transient_store_error(
@@ -192,7 +192,24 @@ def test_published_events_leave_the_relay_queue(pg_store: PgOrderStore, run: Run
     pending = run(pg_store.unpublished_events(10))
     run(pg_store.mark_published([e.seq for e in pending[:2]], T0 + timedelta(seconds=1)))
     assert [e.seq for e in run(pg_store.unpublished_events(10))] == [pending[2].seq]
-    assert len(run(pg_store.events(after=0, limit=10))) == 3
+    feed = run(pg_store.events(after=0, limit=10))
+    assert [e.event_id for e in feed] == [e.event_id for e in pending[:2]]
+    assert [e.seq for e in feed] == [1, 2]  # numbered in publication order
+
+
+def test_the_feed_numbers_events_in_publication_order_not_commit_order(
+    pg_store: PgOrderStore, run: Run[Any]
+) -> None:
+    for _ in range(3):
+        run(pg_store.create(creation(new_order(), key=None)))
+    pending = run(pg_store.unpublished_events(10))
+    run(pg_store.mark_published([pending[2].seq], T0))
+    run(pg_store.mark_published([pending[0].seq, pending[1].seq], T0))
+    feed = run(pg_store.events(after=0, limit=10))
+    assert feed[0].event_id == pending[2].event_id
+    assert [e.seq for e in feed] == [1, 2, 3]
+    later = run(pg_store.events(after=1, limit=10))
+    assert {e.event_id for e in later} == {pending[0].event_id, pending[1].event_id}
 
 
 def test_a_migrated_database_is_ready(pg_store: PgOrderStore, run: Run[Any]) -> None:
