@@ -1,0 +1,1 @@
+"""Acceptance suite for the whole specification (issue 7)."""
