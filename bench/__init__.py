@@ -1,0 +1,1 @@
+"""The benchmark of issue 8: `python -m bench` (see docs/benchmark.md)."""

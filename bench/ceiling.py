@@ -34,7 +34,8 @@ def _pgbench(url: str, *, seconds: float, scale: int) -> dict[str, Any]:
     subprocess.run(init, capture_output=True, text=True, check=True, timeout=600)
     argv = ["pgbench", "-N", "-c", str(CLIENTS), "-j", "2", "-T", str(round(seconds)), url]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=seconds + 120)
-    found = re.search(r"tps = ([0-9.]+) \((?:without initial connection time|excluding)", done.stdout)
+    pattern = r"tps = ([0-9.]+) \((?:without initial connection time|excluding)"
+    found = re.search(pattern, done.stdout)
     if found is None:
         raise RuntimeError(f"cannot read pgbench's TPS:\n{done.stdout}")
     return {

@@ -82,7 +82,10 @@ async def _worker() -> None:
             timing=Timing(max_concurrent=concurrency),
         )
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(executor.run()), asyncio.create_task(_relay(store, clock, stop))]
+        tasks = [
+            asyncio.create_task(executor.run()),
+            asyncio.create_task(_relay(store, clock, stop)),
+        ]
         await _until_signalled()
         stop.set()
         await executor.stop()

@@ -70,8 +70,9 @@ async def closed_loop(api: str, token: str, *, orders: int, clients: int) -> lis
     results: list[Posted] = []
 
     async def customer(session: aiohttp.ClientSession) -> None:
+        # The customers share one iterator of order numbers, so each posts the next free one.
         for i in next_index:
-            results.append(await _post(session, url, token, f"bench-{run}-{i}"))
+            results.append(await _post(session, url, token, f"bench-{run}-{i}"))  # noqa: PERF401
 
     async with _session() as session:
         await asyncio.gather(*(customer(session) for _ in range(clients)))
@@ -136,8 +137,17 @@ async def outcome_counts(db_url: str) -> dict[str, Any]:
         steps = await (
             await conn.execute("SELECT count(*) FROM step_attempts WHERE finished_at IS NOT NULL")
         ).fetchone()
+        tables = await (
+            await conn.execute(
+                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del "
+                "FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 "
+                "ORDER BY relname"
+            )
+        ).fetchall()
     return {
         "states": {s: int(c) for s, c in states},
         "flow_s": [float(r[0]) for r in flow],
         "attempts_finished": int(steps[0]) if steps else 0,
+        "row_writes": {t[0]: {"ins": t[1], "upd": t[2], "hot_upd": t[3], "del": t[4]}
+                       for t in tables},
     }

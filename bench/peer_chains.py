@@ -1,7 +1,8 @@
 """A peer on the same PostgreSQL: three chained jobs (reserve → charge → ship) per order.
 
 Runs inside bench/.peer-venv (never imported by orderflow):
-    python bench/peer_chains.py pgqueuer|procrastinate DB_URL MOCKS_URL ORDERS CONCURRENCY
+    python bench/peer_chains.py SYSTEM DB_URL MOCKS_URL ORDERS CONCURRENCY
+with SYSTEM one of pgqueuer (psycopg driver), pgqueuer-asyncpg, procrastinate.
 Each job calls the same simulated service our executor calls (same idempotency headers), then
 enqueues the next job. Prints one JSON line: chains/s, chain latency percentiles.
 """
@@ -9,16 +10,22 @@ enqueues the next job. Prints one JSON line: chains/s, chain latency percentiles
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import asyncpg
+import procrastinate
 import psycopg
+from pgqueuer import AsyncpgDriver, PsycopgDriver, QueueManager
+from pgqueuer.models import Job
+from pgqueuer.queries import Queries
 
 ITEMS = [{"sku": "SKU-BENCH-1", "quantity": 2}, {"sku": "SKU-BENCH-2", "quantity": 1}]
 ENQUEUE_BATCH = 100
@@ -76,27 +83,36 @@ def _batches(chains: Chains) -> list[list[dict[str, Any]]]:
             for k in range(0, orders, ENQUEUE_BATCH)]
 
 
-async def run_pgqueuer(url: str, chains: Chains, concurrency: int) -> None:
-    from pgqueuer import PsycopgDriver, QueueManager
-    from pgqueuer.models import Job
-    from pgqueuer.queries import Queries
+@contextlib.asynccontextmanager
+async def _pgqueuer_driver(url: str, driver: str) -> AsyncIterator[Any]:
+    if driver == "asyncpg":
+        conn = await asyncpg.connect(url)
+        try:
+            yield AsyncpgDriver(conn)
+        finally:
+            await conn.close()
+    else:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pconn:
+            yield PsycopgDriver(pconn)
 
+
+async def run_pgqueuer(url: str, chains: Chains, concurrency: int, driver: str) -> None:
     async with (
-        await psycopg.AsyncConnection.connect(url, autocommit=True) as conn,
-        await psycopg.AsyncConnection.connect(url, autocommit=True) as producer_conn,
+        _pgqueuer_driver(url, driver) as worker_driver,
+        _pgqueuer_driver(url, driver) as producer_driver,
     ):
-        await Queries(PsycopgDriver(conn)).install()
-        qm = QueueManager(PsycopgDriver(conn))
+        await Queries(worker_driver).install()
+        qm = QueueManager(Queries(worker_driver))
+        # The worker's connection also waits for NOTIFYs; enqueues get their own connection.
+        producer = Queries(producer_driver)
 
         async def enqueue(kind: str, args: dict[str, Any]) -> None:
-            await qm.queries.enqueue(kind, json.dumps(args).encode())
+            await producer.enqueue(kind, json.dumps(args).encode())
 
         for kind in ("reserve", "charge", "ship"):
             async def body(job: Job, kind: str = kind) -> None:
                 await chains.step(kind, json.loads(job.payload or b"{}"), enqueue)
             qm.entrypoint(kind)(body)
-
-        producer = Queries(PsycopgDriver(producer_conn))
 
         async def produce() -> None:
             for batch in _batches(chains):
@@ -116,9 +132,9 @@ async def run_pgqueuer(url: str, chains: Chains, concurrency: int) -> None:
 
 
 async def run_procrastinate(url: str, chains: Chains, concurrency: int) -> None:
-    import procrastinate
-
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=url, min_size=concurrency // 2, max_size=concurrency + 5
+    ))
     tasks: dict[str, Any] = {}
 
     async def enqueue(kind: str, args: dict[str, Any]) -> None:
@@ -151,11 +167,14 @@ def _pct(values: list[float], p: float) -> float | None:
 
 async def main(system: str, url: str, mocks: str, orders: int, concurrency: int) -> None:
     chains = Chains(mocks, orders)
-    runner = run_pgqueuer if system == "pgqueuer" else run_procrastinate
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100)) as session:
         chains.session = session
         async with asyncio.timeout(TIMEOUT_S):
-            await runner(url, chains, concurrency)
+            if system.startswith("pgqueuer"):
+                driver = "asyncpg" if system.endswith("asyncpg") else "psycopg"
+                await run_pgqueuer(url, chains, concurrency, driver)
+            else:
+                await run_procrastinate(url, chains, concurrency)
     elapsed = chains.finished_at - chains.started
     print(json.dumps({
         "system": system,

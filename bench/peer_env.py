@@ -5,6 +5,7 @@ None of it is a dependency of orderflow: the bench installs it here with pip on 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 VENV = Path(__file__).resolve().parent / ".peer-venv"
 PACKAGES = (
     "pgqueuer==1.6.0",
+    "asyncpg>=0.29",
     "procrastinate==3.10.0",
     "psycopg[binary]>=3.2",
     "aiohttp>=3.10",
@@ -50,10 +52,9 @@ def versions() -> dict[str, str]:
     """Installed versions of the peers, as the report names them."""
     code = (
         "import importlib.metadata as m, json;"
-        "print(json.dumps({p: m.version(p) for p in ('pgqueuer', 'procrastinate', 'psycopg')}))"
+        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'psycopg');"
+        "print(json.dumps({p: m.version(p) for p in names}))"
     )
     done = subprocess.run([str(python()), "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
-    import json
-
     return json.loads(done.stdout) if done.returncode == 0 else {}

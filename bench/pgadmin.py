@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -11,12 +12,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 def db_url(server_url: str, dbname: str) -> str:
-    """The same server, another database."""
+    """The same server, another database (a URL stays a URL: asyncpg takes only URLs)."""
+    parts = urlsplit(server_url)
+    if parts.scheme in ("postgresql", "postgres"):
+        return urlunsplit(parts._replace(path="/" + dbname))
     return make_conninfo(server_url, dbname=dbname)
 
 
 def _admin(server_url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(server_url, autocommit=True, connect_timeout=10)
+
+
+def _drop(name: str) -> sql.Composed:
+    return sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
 
 
 def create_database(server_url: str, name: str, template: str | None = None) -> str:
@@ -25,14 +33,14 @@ def create_database(server_url: str, name: str, template: str | None = None) -> 
     if template:
         stmt = sql.SQL("{} TEMPLATE {}").format(stmt, sql.Identifier(template))
     with _admin(server_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(_drop(name))
         conn.execute(stmt)
     return db_url(server_url, name)
 
 
 def drop_database(server_url: str, name: str) -> None:
     with _admin(server_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(_drop(name))
 
 
 def drop_leftovers(server_url: str, prefix: str) -> list[str]:

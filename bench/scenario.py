@@ -13,6 +13,8 @@ import attrs
 from bench import launch, load, pgadmin, profiling
 from bench.stats import latency_ms
 
+SETTLE_S = 2.0
+
 
 @attrs.frozen
 class Setup:
@@ -127,6 +129,7 @@ async def run(
         with _started(setup, name, db_url, latency, workers) as nodes:
             await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
             await launch.wait_for_port(nodes.api, nodes.api_port)
+            await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
             spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
             posted, seen = await _drive(setup, nodes, db_url, load_spec)
             profile = profiling.finish(spy) if spy else None
@@ -173,6 +176,10 @@ def _figures(
         "post_latency_ms": latency_ms([p.latency_s for p in accepted]),
         "created_to_shipped_ms": latency_ms(outcome["flow_s"]),
         "peak_rss_mib": rss,
+        "row_writes_per_order": {
+            table: {k: round(v / len(accepted), 2) for k, v in counts.items() if v}
+            for table, counts in outcome["row_writes"].items()
+        } if accepted else {},
     }
     figures["steps_per_s_per_worker"] = (
         round(figures["steps_per_s"] / workers, 1) if figures["steps_per_s"] else None

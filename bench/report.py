@@ -1,0 +1,143 @@
+"""Derived figures (ratios, targets) and the three outputs: JSON, a Markdown table, a PNG."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import peer_env
+
+PLOT = Path(__file__).resolve().parent / "plot.py"
+
+
+def _ceiling_ratio(run: dict[str, Any], tps: float) -> None:
+    per_order = run.get("xacts_per_order")
+    if per_order and run.get("orders_per_s"):
+        run["ceiling_orders_per_s"] = round(tps / per_order, 1)
+        run["ceiling_ratio"] = round(run["orders_per_s"] / run["ceiling_orders_per_s"], 3)
+
+
+def derive(results: dict[str, Any]) -> None:
+    """Ceiling ratio per run, our orders/s over each peer's chains/s, the issue's targets."""
+    tps = results["ceiling"]["tps"]
+    for run in [*results["runs"], *results["sweep"], results.get("profile_run") or {}]:
+        _ceiling_ratio(run, tps)
+    for peer_run in results["peers"].get("runs", []):
+        ours = [r for r in results["runs"] if r["mocks_latency_ms"] == peer_run["mocks_latency_ms"]]
+        if ours and peer_run.get("chains_per_s"):
+            one = min(ours, key=lambda r: r["workers"])
+            peer_run["our_orders_per_s_same_workers"] = one["orders_per_s"]
+            peer_run["our_ratio"] = round(one["orders_per_s"] / peer_run["chains_per_s"], 2)
+    results["targets"] = _targets(results)
+
+
+def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    runs = results["runs"]
+    half = next((p for p in results["sweep"] if p.get("fraction_of_max") == 0.5), None)
+    ratios = {p["system"]: p.get("our_ratio") for p in results["peers"].get("runs", [])}
+    rows = [
+        ("ceiling ratio ≥ 0.5", min((r.get("ceiling_ratio") or 0 for r in runs), default=None),
+         lambda v: v >= 0.5),
+        ("≤ 10 transactions per order",
+         max((r.get("xacts_per_order") or 0 for r in runs), default=None), lambda v: v <= 10),
+        ("POST /orders p99 ≤ 20 ms at half the max throughput",
+         half["post_latency_ms"]["p99"] if half else None, lambda v: v <= 20),
+        ("orders/s ≥ pgqueuer chains/s (ratio ≥ 1)",
+         min((v for k, v in ratios.items() if k.startswith("pgqueuer") and v), default=None),
+         lambda v: v >= 1),
+        ("orders/s ≥ 3 × procrastinate chains/s",
+         min((v for k, v in ratios.items() if k == "procrastinate" and v), default=None),
+         lambda v: v >= 3),
+    ]
+    return [{"target": t, "worst_measured": v, "met": None if v is None else bool(ok(v))}
+            for t, v, ok in rows]
+
+
+def _ms(d: dict[str, Any] | None, *keys: str) -> str:
+    d = d or {}
+    return " / ".join("–" if d.get(k) is None else f"{d[k]:g}" for k in keys)
+
+
+def _rss(rss: dict[str, float]) -> str:
+    workers = [v for k, v in rss.items() if k.startswith("worker")]
+    return f"{rss.get('api', 0):g} / {max(workers, default=0):g} / {rss.get('mocks', 0):g}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m, c = results["machine"], results["ceiling"]
+    pg = m["postgresql"]
+    lines = [
+        "# orderflow benchmark — latest run", "",
+        f"Machine: {m['cores']} cores ({m['cpu']}), {m['ram_mib']} MiB RAM, PostgreSQL "
+        f"{pg['server_version']} (synchronous_commit={pg['synchronous_commit']}, "
+        f"fsync={pg['fsync']}); load average {m['load_average_at_start']} → "
+        f"{m.get('load_average_at_end')}; launcher `{results['launcher']}`; wall time "
+        f"{results['wall_time_s']} s.", "",
+        f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
+        "| mocks ms | workers × conc. | orders/s | steps/s (per worker) | xacts/order | "
+        "POST p50 / p95 / p99 ms | created→shipped p50 / p95 / p99 ms | peak RSS MiB api / "
+        "worker / mocks | ceiling ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["runs"]:
+        lines.append(  # noqa: PERF401  (one table row per run reads better as a loop)
+            f"| {r['mocks_latency_ms']} | {r['workers']} × {r['concurrency_per_worker']} | "
+            f"**{r['orders_per_s']}** | {r['steps_per_s']} ({r['steps_per_s_per_worker']}) | "
+            f"{r['xacts_per_order']} | {_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "
+            f"{_ms(r['created_to_shipped_ms'], 'p50', 'p95', 'p99')} | {_rss(r['peak_rss_mib'])} "
+            f"| {r.get('ceiling_ratio')} |")
+    lines += ["", "Offered load (open loop) — "
+              f"{results['sweep'][0]['mocks_latency_ms'] if results['sweep'] else '–'} ms mocks:",
+              "", "| offered/s | achieved orders/s | POST p50 / p99 ms | "
+              "created→shipped p50 / p99 ms | xacts/order |", "|---|---|---|---|---|"]
+    for p in results["sweep"]:
+        lines.append(f"| {p['offered_rate']} ({p['fraction_of_max']:g}×) | {p['orders_per_s']} | "
+                     f"{_ms(p['post_latency_ms'], 'p50', 'p99')} | "
+                     f"{_ms(p['created_to_shipped_ms'], 'p50', 'p99')} | {p['xacts_per_order']} |")
+    lines += ["", "Peers (same server, same simulated services, 1 process, concurrency "
+              f"{results['options']['concurrency']}; versions {results['peers'].get('versions')}):",
+              "", "| peer | mocks ms | chains/s | xacts/chain | chain p50 / p99 ms | RSS MiB | "
+              "our orders/s ÷ its chains/s |", "|---|---|---|---|---|---|---|"]
+    for p in results["peers"].get("runs", []):
+        lines.append(f"| {p['system']} | {p.get('mocks_latency_ms')} | {p.get('chains_per_s')} | "
+                     f"{p.get('xacts_per_chain')} | {_ms(p.get('chain_latency_ms'), 'p50', 'p99')}"
+                     f" | {p.get('peak_rss_mib')} | {p.get('our_ratio')} |")
+    lines += ["", "Targets of issue 8 (reported, never asserted):", "",
+              "| target | worst measured | met |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['worst_measured']} | {t['met']} |"
+              for t in results["targets"]]
+    lines += _profile_lines(results.get("profile_run"))
+    return "\n".join(lines) + "\n"
+
+
+def _profile_lines(run: dict[str, Any] | None) -> list[str]:
+    prof = (run or {}).get("profile")
+    if not prof:
+        return []
+    lines = ["", f"Profile of worker 0 (py-spy, {prof['samples']} samples, own time):", "",
+             "| area | % |", "|---|---|"]
+    lines += [f"| {a['what']} | {a['pct']} |" for a in prof["own_by_area"]]
+    lines += ["", "| function (own time) | % |", "|---|---|"]
+    lines += [f"| `{a['what']}` | {a['pct']} |" for a in prof["own_top"][:12]]
+    return lines
+
+
+def write(results: dict[str, Any], out: Path) -> list[Path]:
+    """latest.json, latest.md and (if matplotlib can be found) latest.png under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "latest.json", out / "latest.md"]
+    paths[0].write_text(json.dumps(results, indent=2, default=str) + "\n")
+    paths[1].write_text(markdown(results))
+    png = out / "latest.png"
+    for python in (sys.executable, str(peer_env.python())):
+        done = subprocess.run([python, str(PLOT), str(paths[0]), str(png)],
+                              capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode == 0:
+            paths.append(png)
+            break
+    else:
+        print("  (no matplotlib importable: no PNG; `pip install matplotlib` to get one)")
+    return paths

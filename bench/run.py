@@ -1,0 +1,194 @@
+"""`python -m bench`: the whole benchmark in one command (see docs/benchmark.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import signal
+import sys
+import time
+from typing import Any
+
+from bench import ceiling, launch, machine, peer, pgadmin, report, scenario
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PREFIX = "orderflow_bench_"
+RESULTS = launch.REPO / "bench" / "results"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--database-url", default=os.environ.get("ORDERFLOW_BENCH_DATABASE_URL",
+                                                            DEFAULT_URL),
+                   help="server where the bench may create and drop databases")
+    p.add_argument("--orders", type=int, default=5000, help="orders per closed-loop run")
+    p.add_argument("--latencies", type=_ints, default=[0, 20], help="mocks latency, ms (list)")
+    p.add_argument("--workers", type=_ints, default=[1, 2], help="worker processes (list)")
+    p.add_argument("--concurrency", type=int, default=20, help="steps in flight per worker")
+    p.add_argument("--clients", type=int, default=16, help="customers posting in closed loop")
+    p.add_argument("--sweep", type=_floats, default=[0.25, 0.5, 0.75, 1.0, 1.25],
+                   help="offered load as fractions of the measured maximum")
+    p.add_argument("--sweep-seconds", type=float, default=10.0)
+    p.add_argument("--sweep-at", default="20:1", help="LATENCY_MS:WORKERS of the sweep")
+    p.add_argument("--peers", default="pgqueuer-asyncpg,procrastinate",
+                   help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate; or none")
+    p.add_argument("--peer-orders", type=int, default=None, help="default: --orders")
+    p.add_argument("--ceiling-seconds", type=float, default=20.0)
+    p.add_argument("--pgbench-scale", type=int, default=10)
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
+                   help="py-spy a worker during an extra run (latency 0, 1 worker)")
+    p.add_argument("--profile-orders", type=int, default=1000)
+    p.add_argument("--launcher", choices=["auto", "cli", "fallback"], default="auto")
+    p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
+    p.add_argument("--quick", action="store_true", help="a short smoke run (~2 minutes)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.orders, args.latencies, args.workers = min(args.orders, 300), [0], [1]
+        args.sweep, args.sweep_seconds, args.sweep_at = [0.5, 1.0], 4.0, "0:1"
+        args.peers, args.ceiling_seconds, args.pgbench_scale = "pgqueuer-asyncpg", 5.0, 2
+    if args.profile is None:
+        args.profile = not args.quick
+    args.peer_orders = args.peer_orders or args.orders
+    return args
+
+
+def _setup(args: argparse.Namespace, launcher: str) -> scenario.Setup:
+    return scenario.Setup(
+        launcher=launcher, server_url=args.database_url, template=f"{PREFIX}template",
+        db_prefix=PREFIX, customer_token=secrets.token_urlsafe(24),
+        operator_token=secrets.token_urlsafe(24), concurrency=args.concurrency,
+        clients=args.clients, timeout_s=args.timeout,
+    )
+
+
+def _prepare_template(setup: scenario.Setup) -> None:
+    url = pgadmin.create_database(setup.server_url, setup.template)
+    env = {"ORDERFLOW_DATABASE_URL": url, "ORDERFLOW_CUSTOMER_TOKEN": setup.customer_token,
+           "ORDERFLOW_OPERATOR_TOKEN": setup.operator_token}
+    launch.run_once(setup.launcher, "migrate", env)
+    launch.run_once(setup.launcher, "seed", env)
+    pgadmin.wait_no_sessions(setup.server_url, setup.template)
+
+
+def _say(what: str, figures: dict[str, Any]) -> None:
+    print(f"  {what}: {figures.get('orders_per_s')} orders/s, "
+          f"{figures.get('xacts_per_order')} xacts/order, POST p99 "
+          f"{figures.get('post_latency_ms', {}).get('p99')} ms, flow p50 "
+          f"{figures.get('created_to_shipped_ms', {}).get('p50')} ms, "
+          f"states {figures.get('states')}", flush=True)
+
+
+async def _closed_runs(args: argparse.Namespace, setup: scenario.Setup) -> list[dict[str, Any]]:
+    runs = []
+    for latency in args.latencies:
+        for workers in args.workers:
+            name = f"l{latency}_w{workers}"
+            print(f"run {name}: {args.orders} orders, mocks {latency} ms, {workers} worker(s)")
+            figures = await scenario.run(setup, name, latency=latency, workers=workers,
+                                         load_spec=scenario.Load(orders=args.orders))
+            _say(name, figures)
+            runs.append(figures)
+    return runs
+
+
+async def _sweep(
+    args: argparse.Namespace, setup: scenario.Setup, runs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    latency, workers = (int(x) for x in args.sweep_at.split(":"))
+    base = next((r for r in runs if r["mocks_latency_ms"] == latency and r["workers"] == workers),
+                None)
+    if base is None:
+        base = await scenario.run(setup, f"sweep_base_l{latency}_w{workers}", latency=latency,
+                                  workers=workers, load_spec=scenario.Load(orders=args.orders))
+    top = base["orders_per_s"] or 1.0
+    points = []
+    for fraction in args.sweep:
+        rate = round(top * fraction, 1)
+        name = f"sweep_{round(fraction * 100)}"
+        print(f"sweep {name}: {rate}/s offered ({fraction:g} × {top}) for {args.sweep_seconds} s")
+        spec = scenario.Load(rate=rate, seconds=args.sweep_seconds)
+        figures = await scenario.run(setup, name, latency=latency, workers=workers,
+                                     load_spec=spec)
+        figures["fraction_of_max"] = fraction
+        _say(name, figures)
+        points.append(figures)
+    return points
+
+
+async def _profile(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, Any] | None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "profile-worker.txt"
+    orders = min(args.orders, args.profile_orders)
+    print(f"profile: py-spy on worker 0 during {orders} orders (mocks 0 ms, 1 worker)")
+    figures = await scenario.run(setup, "profile", latency=0, workers=1,
+                                 load_spec=scenario.Load(orders=orders),
+                                 profile_to=str(out))
+    _say("profile (under py-spy)", figures)
+    return figures
+
+
+async def _peers(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, Any]:
+    systems = [s for s in args.peers.split(",") if s and s != "none"]
+    if not systems:
+        return {"runs": []}
+    versions = peer.ensure_installed()
+    if versions is None:
+        return {"runs": [], "error": "bench/.peer-venv could not be prepared"}
+    runs = []
+    for latency in args.latencies:
+        for system in systems:
+            print(f"peer {system}: {args.peer_orders} chains, mocks {latency} ms")
+            result = await peer.run(setup, system, latency=latency, orders=args.peer_orders,
+                                    concurrency=args.concurrency)
+            print(f"  {system}: {result.get('chains_per_s')} chains/s, "
+                  f"{result.get('xacts_per_chain')} xacts/chain {result.get('error', '')}")
+            runs.append(result)
+    return {"versions": versions, "runs": runs}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    launcher = launch.choose_launcher(args.launcher)
+    setup = _setup(args, launcher)
+    left = pgadmin.drop_leftovers(args.database_url, PREFIX)
+    if left:
+        print(f"dropped databases an interrupted run left: {', '.join(left)}")
+    facts = machine.facts(args.database_url)
+    print(f"launcher: {launcher}; {facts['cores']} cores, {facts['ram_mib']} MiB, "
+          f"PostgreSQL {facts['postgresql']['server_version']}", flush=True)
+    results: dict[str, Any] = {"machine": facts, "launcher": launcher, "options": vars(args)}
+    print(f"ceiling: pgbench -N, 8 clients, {args.ceiling_seconds:g} s", flush=True)
+    results["ceiling"] = ceiling.measure(args.database_url, f"{PREFIX}ceiling",
+                                         seconds=args.ceiling_seconds, scale=args.pgbench_scale)
+    print(f"  {results['ceiling']['tps']} TPS", flush=True)
+    _prepare_template(setup)
+    try:
+        results["runs"] = await _closed_runs(args, setup)
+        results["sweep"] = await _sweep(args, setup, results["runs"])
+        results["profile_run"] = await _profile(args, setup) if args.profile else None
+        results["peers"] = await _peers(args, setup)
+    finally:
+        pgadmin.drop_database(args.database_url, setup.template)
+    facts["load_average_at_end"] = machine.load_average()
+    results["wall_time_s"] = round(time.monotonic() - started, 1)
+    report.derive(results)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    # SIGTERM unwinds like Ctrl-C, so the started processes and databases are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = parse_args(argv)
+    results = asyncio.run(main_async(args))
+    paths = report.write(results, RESULTS)
+    print(f"done in {results['wall_time_s']} s: " + ", ".join(str(p) for p in paths))
