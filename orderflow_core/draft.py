@@ -93,7 +93,6 @@ class Draft:
         )
         payload = {"from": current.value, "to": to.value, "reason": reason, "actor": self.ctx.actor}
         self.emit(f"order.{to.value}", payload)
-        self.note("order.transition", to.value, from_state=current.value, reason=reason)
 
     def emit(self, event_type: str, payload: dict[str, Any]) -> None:
         seq = self.order.event_seq + 1
@@ -140,7 +139,6 @@ class Draft:
             next_attempt_at=self.now + timedelta(seconds=delay_s),
             refund_id=refund_id,
         )
-        self.note("step.created", kind.value, step.step_id)
         return self.put_step(step)
 
     def cancel_waiting(self, kind: StepKind, reason: str) -> None:

@@ -69,8 +69,13 @@ class Executor:
         return self.timing.max_concurrent - len(self._in_flight)
 
     def wake(self) -> None:
-        """Claim now instead of at the next poll (a LISTEN/NOTIFY hook calls this)."""
-        self._wake.set()
+        """Claim now instead of at the next poll (a LISTEN/NOTIFY hook calls this).
+
+        While busy, claims are batched: the executor claims again once a quarter of its slots
+        are free, so one claim statement serves several steps.
+        """
+        if self.free_slots >= max(1, self.timing.max_concurrent // 4):
+            self._wake.set()
 
     async def claim(self, limit: int | None = None) -> list[Claim]:
         """Lease up to `limit` (default: the free slots) due steps."""
@@ -90,14 +95,16 @@ class Executor:
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
         while not self._stopping.is_set():
+            self._wake.clear()  # before claiming: a wake-up during the claim is not lost
+            claims: list[Claim] = []
             try:
-                for claim in await self.claim():
-                    task = asyncio.create_task(self._guarded(claim))
-                    self._in_flight.add(task)
-                    task.add_done_callback(self._in_flight.discard)
+                claims = await self.claim()
             except StoreUnavailable as exc:
                 log.warning("claim failed: %s", exc)
-            self._wake.clear()
+            for claim in claims:
+                task = asyncio.create_task(self._guarded(claim))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.timing.poll_interval_s):
                     await _first(self._wake.wait(), self._stopping.wait())
@@ -123,7 +130,10 @@ class Executor:
         except Exception:
             log.exception("step %s attempt %s failed unexpectedly", claim.step_id, claim.attempt)
         finally:
-            self._wake.set()  # a slot is free, and the step may have made its successor due
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_flight.discard(task)
+            self.wake()  # a slot is free, and the step may have made its successor due
 
     async def process(self, claim: Claim) -> None:
         """One attempt of one claimed step: intent, call, result."""

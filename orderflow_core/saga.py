@@ -60,14 +60,9 @@ def decide_start(
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
     open_attempt(d, d.step(claim.step_id), claim)
+    # The attempt row is the record of the intent; the audit log keeps compensations, manual
+    # decisions, stops and rejections (rule 5), not every routine step.
     plan = STARTERS[claim.kind](d, d.step(claim.step_id))
-    d.note(
-        "step.attempt_started",
-        "sent" if plan else "decided",
-        claim.step_id,
-        kind=claim.kind.value,
-        attempt=claim.attempt,
-    )
     return d.change(claim=claim), plan
 
 
@@ -79,14 +74,6 @@ def decide_result(
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
-    d.note(
-        "step.attempt_finished",
-        outcome_name(outcome),
-        step.step_id,
-        kind=step.kind.value,
-        attempt=claim.attempt,
-        detail=detail(outcome),
-    )
     HANDLERS[claim.kind](d, step, outcome)
     return d.change(claim=claim), None
 

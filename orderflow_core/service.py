@@ -100,21 +100,22 @@ class OrderService:
         key = check_idempotency_key(key)
         check_items(items, currency)
         digest = fingerprint({"items": [attrs.asdict(i) for i in items], "currency": currency})
-        replay = await self._replay(principal, "create_order", key, digest)
-        if replay is not None:
-            return await self._view(replay), True
         ctx = self._ctx(principal)
         idem = ApiIdempotency(
             principal.user_id, "create_order", key, digest, self._new_id(), ctx.now
         )
+        change = commands.create_order(principal, items, currency, idem, ctx)
         try:
-            await self._store.create(commands.create_order(principal, items, currency, idem, ctx))
+            # Insert first: the store's unique key decides, and the common case costs one trip.
+            await self._store.create(change)
         except DuplicateIdempotencyKey:
             replay = await self._replay(principal, "create_order", key, digest)
             if replay is None:
                 raise
             return await self._view(replay), True
-        return await self._view(idem.resource_id), False
+        assert change.order is not None
+        created = OrderAggregate(change.order, change.steps, change.refunds)
+        return OrderView(created, change.history), False
 
     async def _replay(self, principal: Principal, scope: str, key: str, digest: str) -> UUID | None:
         found = await self._store.find_idempotency(principal.user_id, scope, key)

@@ -80,16 +80,23 @@ class PgOrderStore:
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
     ) -> T:
         """Lock the order, decide, apply the change (or only its rejection), return the value."""
-        async with self._db.connection("update") as conn, conn.transaction():
-            aggregate = await read_aggregate(conn, order_id, lock=True)
-            if aggregate is None:
-                raise NotFound(f"order {order_id} not found")
-            change, value = decide(aggregate)
-            await self._apply_decided(conn, order_id, aggregate, change)
-            return value
+        decided: list[tuple[Change, T]] = []
+        async with self._db.connection("update") as conn:
+            try:
+                async with conn.transaction():
+                    aggregate = await read_aggregate(conn, order_id, lock=True)
+                    if aggregate is None:
+                        raise NotFound(f"order {order_id} not found")
+                    decided.append(decide(aggregate))
+                    await self._apply_decided(conn, aggregate, decided[0][0])
+            except GuardLost:
+                # Fenced off after all: the whole transaction rolled back; record only that.
+                async with conn.transaction():
+                    await write_rejection(conn, decided[0][0])
+            return decided[0][1]
 
     async def _apply_decided(
-        self, conn: Connection, order_id: UUID, aggregate: OrderAggregate, change: Change
+        self, conn: Connection, aggregate: OrderAggregate, change: Change
     ) -> None:
         if change.idempotency is not None:
             idem = change.idempotency
@@ -103,11 +110,7 @@ class PgOrderStore:
         if change.guard is not None and not guard_holds(aggregate, change.guard):
             await write_rejection(conn, change)
             return
-        try:
-            async with conn.transaction():  # a savepoint: a fenced-off write undoes only itself
-                await apply_update(conn, order_id, change, self.fail_after_order_write)
-        except GuardLost:
-            await write_rejection(conn, change)
+        await apply_update(conn, aggregate, change, self.fail_after_order_write)
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         """The order with its steps (and their attempts) and refunds, from one snapshot."""

@@ -38,7 +38,7 @@ async def insert_new_order(conn: Connection, change: Change) -> None:
 
 async def apply_update(
     conn: Connection,
-    order_id: UUID,
+    before: OrderAggregate,
     change: Change,
     fail_after_order_write: Exception | None = None,
 ) -> None:
@@ -47,15 +47,23 @@ async def apply_update(
         await execute(conn, "update_order", rows.order_params(change.order))
         if fail_after_order_write is not None:
             raise fail_after_order_write
-    await write_parts(conn, order_id, change)
+    await write_parts(conn, before.order.order_id, change, before)
     if change.idempotency is not None:
         await execute(conn, "insert_idempotency", rows.idempotency_params(change.idempotency))
 
 
-async def write_parts(conn: Connection, order_id: UUID, change: Change) -> None:
-    """Steps, attempts, refunds, history, events, audit and the processed-event mark."""
+async def write_parts(
+    conn: Connection, order_id: UUID, change: Change, before: OrderAggregate | None = None
+) -> None:
+    """Steps, attempts, refunds, history, events, audit and the processed-event mark; of the
+    attempts only those that are new or differ from `before` are written."""
     await _write_steps(conn, change.steps, change.guard)
-    attempts = [rows.attempt_params(s.step_id, a) for s in change.steps for a in s.attempts]
+    attempts = [
+        rows.attempt_params(s.step_id, a)
+        for s in change.steps
+        for a in s.attempts
+        if before is None or a not in _attempts_of(before, s.step_id)
+    ]
     await execute_many(conn, "upsert_attempt", attempts)
     await execute_many(conn, "upsert_refund", [rows.refund_params(r) for r in change.refunds])
     await execute_many(conn, "insert_history", [rows.history_params(h) for h in change.history])
@@ -64,6 +72,11 @@ async def write_parts(conn: Connection, order_id: UUID, change: Change) -> None:
     if change.processed_event_id is not None:
         params = {"event_id": change.processed_event_id, "order_id": order_id}
         await execute(conn, "insert_processed_event", params)
+
+
+def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]:
+    step = aggregate.step(step_id)
+    return step.attempts if step is not None else ()
 
 
 async def _write_steps(conn: Connection, steps: tuple[Step, ...], guard: Guard | None) -> None:

@@ -72,13 +72,14 @@ def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
     order = new_order()
     run(pg_store.create(creation(order, key=None)))
     [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
-    step = run(pg_store.load(order.order_id)).steps[0]
+    before = run(pg_store.load(order.order_id))
+    step = before.steps[0]
     stale = reserved_change(order, step, attrs.evolve(claim, attempt=claim.attempt - 1), worker="A")
 
     async def write_without_the_lock() -> None:
         conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
         async with conn, conn.transaction(force_rollback=True):
-            await apply_update(conn, order.order_id, stale)
+            await apply_update(conn, before, stale)
 
     with pytest.raises(GuardLost):
         run(write_without_the_lock())
