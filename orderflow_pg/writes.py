@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from orderflow_core.model import Change, Guard, OrderAggregate, Step
+from orderflow_core.model import Change, Guard, OrderAggregate
 from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, execute, execute_many
@@ -30,10 +30,12 @@ async def insert_new_order(conn: Connection, change: Change) -> None:
     concurrent create fails before it does any other work."""
     if change.order is None:
         raise ValueError("create needs an order")
-    if change.idempotency is not None:
-        await execute(conn, "insert_idempotency", rows.idempotency_params(change.idempotency))
-    await execute(conn, "insert_order", rows.order_params(change.order))
-    await write_parts(conn, change.order.order_id, change)
+    async with conn.pipeline():
+        if change.idempotency is not None:
+            params = rows.idempotency_params(change.idempotency)
+            await execute(conn, "insert_idempotency", params)
+        await execute(conn, "insert_order", rows.order_params(change.order))
+        await write_parts(conn, change.order.order_id, change)
 
 
 async def apply_update(
@@ -42,22 +44,31 @@ async def apply_update(
     change: Change,
     fail_after_order_write: Exception | None = None,
 ) -> None:
-    """Write a decided change to an existing, locked order; raises `GuardLost` if fenced off."""
-    if change.order is not None:
-        await execute(conn, "update_order", rows.order_params(change.order))
-        if fail_after_order_write is not None:
-            raise fail_after_order_write
-    await write_parts(conn, before.order.order_id, change, before)
-    if change.idempotency is not None:
-        await execute(conn, "insert_idempotency", rows.idempotency_params(change.idempotency))
+    """Write a decided change to an existing, locked order; raises `GuardLost` if fenced off.
+
+    The fenced step update goes first, on its own, because its row count decides; everything
+    else is sent in one pipeline.
+    """
+    await _write_guarded_step(conn, change)
+    async with conn.pipeline():
+        if change.order is not None:
+            await execute(conn, "update_order", rows.order_params(change.order))
+            if fail_after_order_write is not None:
+                raise fail_after_order_write
+        await write_parts(conn, before.order.order_id, change, before)
+        if change.idempotency is not None:
+            params = rows.idempotency_params(change.idempotency)
+            await execute(conn, "insert_idempotency", params)
 
 
 async def write_parts(
     conn: Connection, order_id: UUID, change: Change, before: OrderAggregate | None = None
 ) -> None:
-    """Steps, attempts, refunds, history, events, audit and the processed-event mark; of the
-    attempts only those that are new or differ from `before` are written."""
-    await _write_steps(conn, change.steps, change.guard)
+    """Steps (but the guarded one), attempts, refunds, history, events, audit and the
+    processed-event mark; of the attempts only those new or changed since `before`."""
+    guarded = change.guard.step_id if change.guard is not None else None
+    steps = [rows.step_params(s) for s in change.steps if s.step_id != guarded]
+    await execute_many(conn, "upsert_step", steps)
     attempts = [
         rows.attempt_params(s.step_id, a)
         for s in change.steps
@@ -79,17 +90,17 @@ def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]
     return step.attempts if step is not None else ()
 
 
-async def _write_steps(conn: Connection, steps: tuple[Step, ...], guard: Guard | None) -> None:
-    for step in steps:
-        params = rows.step_params(step)
-        if guard is None or step.step_id != guard.step_id:
-            await execute(conn, "upsert_step", params)
-            continue
-        # Belt and braces: the row lock already made the guard check authoritative, but the
-        # fenced UPDATE keeps the rule true even if a caller skipped that lock.
-        params.update(guard_attempt=guard.attempt, guard_owner=guard.owner)
-        if await execute(conn, "update_guarded_step", params) == 0:
-            raise GuardLost(str(guard))
+async def _write_guarded_step(conn: Connection, change: Change) -> None:
+    guard = change.guard
+    step = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
+    if guard is None or step is None:
+        return
+    # Belt and braces: the row lock already made the guard check authoritative, but the
+    # fenced UPDATE keeps the rule true even if a caller skipped that lock.
+    params = rows.step_params(step)
+    params.update(guard_attempt=guard.attempt, guard_owner=guard.owner)
+    if await execute(conn, "update_guarded_step", params) == 0:
+        raise GuardLost(str(guard))
 
 
 async def write_rejection(conn: Connection, change: Change) -> None:
