@@ -113,6 +113,12 @@ def _delays(value: str) -> tuple[float, ...]:
     return delays
 
 
+def _flag(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError("must be 1 (on) or 0 (off)")
+    return value == "1"
+
+
 def _policy(value: str) -> str:
     if value not in ("queue", "reject"):
         raise ValueError("must be 'queue' or 'reject'")
@@ -166,5 +172,6 @@ def _timing(env: Mapping[str, str]) -> Timing:
         call_timeout_s=_get(env, "ORDERFLOW_CALL_TIMEOUT_S", _positive, 3.0),
         max_concurrent=_get(env, "ORDERFLOW_MAX_CONCURRENT_STEPS", _positive_int, 20),
         poll_interval_s=_get(env, "ORDERFLOW_POLL_INTERVAL_S", _positive, 0.5),
+        chain_steps=_get(env, "ORDERFLOW_CHAIN_STEPS", _flag, True),
         retry=RetryPolicy(delays_s=delays, attempts_per_budget=len(delays) + 1),
     )

@@ -22,6 +22,9 @@ class Timing:
     call_timeout_s: float = 3.0
     max_concurrent: int = 20
     poll_interval_s: float = 0.5
+    # Go straight on with the step a result makes due, in the same transaction (fewer claims
+    # and transactions per order). Off by default so tests can step one claim at a time.
+    chain_steps: bool = False
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
 
 

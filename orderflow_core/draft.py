@@ -63,6 +63,12 @@ class Draft:
         """Steps of `kind` that are due or running."""
         return [s for s in self.steps_of(kind) if s.is_due_or_running]
 
+    def new_steps(self, before: OrderAggregate) -> list[Step]:
+        """Steps this decision created, in creation order."""
+        known = {s.step_id for s in before.steps}
+        fresh = (s for s in self._changed_steps.values() if s.step_id not in known)
+        return sorted(fresh, key=lambda s: s.seq)
+
     def refund(self, refund_id: UUID) -> Refund:
         return self._refunds[refund_id]
 

@@ -136,24 +136,39 @@ class Executor:
             self.wake()  # a slot is free, and the step may have made its successor due
 
     async def process(self, claim: Claim) -> None:
-        """One attempt of one claimed step: intent, call, result."""
+        """One attempt of one claimed step: intent, call, result — then, when chaining, the
+        step that result made due, whose intent was committed with it."""
         plan = await self.store.update(
             claim.order_id, lambda agg: saga.decide_start(agg, claim, self._ctx())
         )
-        if plan is None:
+        current: tuple[Claim, CallPlan] | None = (claim, plan) if plan is not None else None
+        if current is None:
             self.processed += 1
-            return
+        while current is not None:
+            current = await self._attempt(*current)
+
+    async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         await self._checkpoint("before_call", claim)
         if self.clock.now() >= claim.lease_expires_at:
             # Stalled between intent and call: another executor may own the step by now.
             raise LeaseLost(f"lease of step {claim.step_id} ran out before the call")
         outcome = await self._call_with_lease(claim, plan)
         await self._checkpoint("after_call", claim)
-        await self.store.update(
-            claim.order_id, lambda agg: saga.decide_result(agg, claim, outcome, self._ctx())
+        chain = self.timing.chain_steps and not self._stopping.is_set()
+        following = await self.store.update(
+            claim.order_id,
+            lambda agg: saga.decide_result(agg, claim, outcome, self._ctx(), chain=chain),
         )
         self.processed += 1
         await self._checkpoint("after_commit", claim)
+        if following is None:
+            return None
+        # The store returns the decision even when it dropped a stale change; only a lease
+        # that can be renewed proves the following step's intent was committed.
+        now = self.clock.now()
+        if not await self.store.renew_lease(following[0], now=now, lease_s=self.timing.lease_s):
+            return None
+        return following
 
     async def _call_with_lease(self, claim: Claim, plan: CallPlan) -> Outcome:
         call = asyncio.create_task(self._call(plan))

@@ -26,7 +26,7 @@ from orderflow_core.attempts import (
 from orderflow_core.calls import CallPlan
 from orderflow_core.context import Context
 from orderflow_core.draft import Draft
-from orderflow_core.model import Change, Claim, OrderAggregate, Step
+from orderflow_core.model import MAINLINE_KINDS, Change, Claim, OrderAggregate, Step
 from orderflow_core.outcomes import (
     Broken,
     Outcome,
@@ -66,16 +66,56 @@ def decide_start(
     return d.change(claim=claim), plan
 
 
+Next = tuple[Claim, CallPlan] | None
+
+
 def decide_result(
-    aggregate: OrderAggregate, claim: Claim, outcome: Outcome, ctx: Context
-) -> tuple[Change, None]:
-    """Commit the outcome of attempt `claim.attempt` and everything it leads to."""
+    aggregate: OrderAggregate,
+    claim: Claim,
+    outcome: Outcome,
+    ctx: Context,
+    *,
+    chain: bool = False,
+) -> tuple[Change, Next]:
+    """Commit the outcome of attempt `claim.attempt` and everything it leads to.
+
+    With `chain`, a next step this result makes due now is leased to the same executor and its
+    intent recorded in the same transaction (rule 4 holds: the intent of step n+1 commits with
+    the result of step n, before any call of step n+1); the caller goes on with it directly.
+    """
     d = Draft(aggregate, ctx)
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
     HANDLERS[claim.kind](d, step, outcome)
-    return d.change(claim=claim), None
+    following = _start_following(d, aggregate, claim) if chain else None
+    return d.change(claim=claim), following
+
+
+def _start_following(d: Draft, before: OrderAggregate, claim: Claim) -> Next:
+    due = [
+        s
+        for s in d.new_steps(before)
+        if s.kind in MAINLINE_KINDS
+        and s.status is StepStatus.PENDING
+        and s.next_attempt_at is not None
+        and s.next_attempt_at <= d.now
+    ]
+    if not due:
+        return None
+    step = due[0]
+    lease = d.now + seconds(d.ctx.timing.lease_s)
+    following = Claim(step.step_id, step.order_id, step.kind, step.attempt + 1, claim.owner, lease)
+    running = d.update_step(
+        step.step_id,
+        status=StepStatus.RUNNING,
+        attempt=following.attempt,
+        lease_owner=claim.owner,
+        lease_expires_at=lease,
+    )
+    open_attempt(d, running, following)
+    plan = STARTERS[step.kind](d, d.step(step.step_id))
+    return (following, plan) if plan is not None else None
 
 
 # -- reserve -----------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""An executor that chains goes straight on with the step a result makes due, its intent
+committed together with that result, and still keeps every rule."""
+
+from __future__ import annotations
+
+import attrs
+
+from orderflow_core import OrderState, StepKind, StepStatus
+from tests_core.reach import Crash
+from tests_core.world import World
+
+
+def chaining_world(**kwargs: object) -> World:
+    w = World(**kwargs)  # type: ignore[arg-type]
+    for executor in w.executors:
+        executor.timing = attrs.evolve(executor.timing, chain_steps=True)
+    return w
+
+
+def test_one_claim_carries_an_order_from_reserve_to_shipped() -> None:
+    w = chaining_world()
+    try:
+        order_id = w.create()
+        assert w.step() == 1
+        assert w.state(order_id) is OrderState.SHIPPED
+        steps = {s.kind: s for s in w.load(order_id).steps}
+        for kind in (StepKind.RESERVE, StepKind.CHARGE, StepKind.SHIP):
+            assert steps[kind].status is StepStatus.SUCCEEDED
+            assert [a.attempt for a in steps[kind].attempts] == [1]
+        assert w.step() == 0
+    finally:
+        w.close()
+
+
+def test_each_chained_intent_is_committed_with_the_result_before_its_call() -> None:
+    seen: list[tuple[str, StepKind, StepStatus]] = []
+    w = chaining_world()
+
+    async def checkpoint(name: str, claim: object) -> None:
+        aggregate = await w.store.load(claim.order_id)  # type: ignore[attr-defined]
+        step = aggregate.step(claim.step_id)  # type: ignore[union-attr]
+        seen.append((name, step.kind, step.status))
+        opened = [a for a in step.attempts if a.attempt == claim.attempt]  # type: ignore[attr-defined]
+        assert opened, "the intent of this attempt is in the store"
+
+    for executor in w.executors:
+        executor._checkpoint = checkpoint
+    try:
+        w.create()
+        w.step()
+        before_calls = [kind for name, kind, _ in seen if name == "before_call"]
+        assert before_calls == [StepKind.RESERVE, StepKind.CHARGE, StepKind.SHIP]
+        assert all(
+            status is StepStatus.RUNNING for name, _, status in seen if name == "before_call"
+        )
+    finally:
+        w.close()
+
+
+def test_a_crash_before_a_chained_call_leaves_the_step_to_another_executor() -> None:
+    async def crash_before_charge(name: str, claim: object) -> None:
+        if name == "before_call" and claim.kind is StepKind.CHARGE:  # type: ignore[attr-defined]
+            raise Crash("before the chained charge")
+
+    w = chaining_world(executors=2)
+    w.executors[0]._checkpoint = crash_before_charge
+    try:
+        order_id = w.create()
+        w.step(0)
+        assert w.state(order_id) is OrderState.PAYING
+        assert w.step(1) == 0, "the lease still holds"
+        w.clock.advance(w.timing.lease_s + 1)
+        w.step(1)
+        w.settle()
+        assert w.state(order_id) is OrderState.SHIPPED
+        assert len(w.charges(order_id)) == 1
+    finally:
+        w.close()
