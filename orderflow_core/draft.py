@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -46,7 +46,7 @@ class Draft:
 
     # -- reading -------------------------------------------------------------------------------
     @property
-    def now(self) -> Any:
+    def now(self) -> datetime:
         return self.ctx.now
 
     def step(self, step_id: UUID) -> Step:

@@ -93,13 +93,6 @@ class StoreUnavailable(OrderflowError):
     status = 503
 
 
-class ConcurrentUpdate(OrderflowError):
-    """Another writer changed the order first; re-read and decide again."""
-
-    code = "concurrent_update"
-    status = 409
-
-
 class IdempotencyKeyRequired(OrderflowError):
     """A mutating request came without its Idempotency-Key."""
 

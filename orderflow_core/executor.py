@@ -59,7 +59,6 @@ class Executor:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
-        self.processed = 0
 
     def _ctx(self) -> Context:
         return Context(self.clock.now(), self.worker_id, self.timing, self._new_id, self._random)
@@ -130,6 +129,8 @@ class Executor:
         except Exception:
             log.exception("step %s attempt %s failed unexpectedly", claim.step_id, claim.attempt)
         finally:
+            # Leave the in-flight set before waking, so the wake-up counts this slot as free
+            # (the done-callback would discard it only after this returns).
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.discard(task)
@@ -142,8 +143,6 @@ class Executor:
             claim.order_id, lambda agg: saga.decide_start(agg, claim, self._ctx())
         )
         current: tuple[Claim, CallPlan] | None = (claim, plan) if plan is not None else None
-        if current is None:
-            self.processed += 1
         while current is not None:
             current = await self._attempt(*current)
 
@@ -159,7 +158,6 @@ class Executor:
             claim.order_id,
             lambda agg: saga.decide_result(agg, claim, outcome, self._ctx(), chain=chain),
         )
-        self.processed += 1
         await self._checkpoint("after_commit", claim)
         if following is None:
             return None

@@ -63,7 +63,7 @@ class Attempt:
     started_at: datetime
     worker: str
     finished_at: datetime | None = None
-    # succeeded | refused | transient | unknown | broken | busy | abandoned | not_sent
+    # succeeded | refused | transient | unknown | broken | abandoned | not_sent | not_charged
     outcome: str | None = None
     error: str | None = None
 

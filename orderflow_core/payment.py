@@ -18,7 +18,7 @@ from orderflow_core.states import OrderState, StepKind, StepStatus
 
 # Attempt outcomes that prove the provider applied no charge.
 # "not_charged": an attempt the provider's status call later proved had charged nothing.
-CHARGED_NOTHING = frozenset({"transient", "busy", "refused", "not_sent", "not_charged"})
+CHARGED_NOTHING = frozenset({"transient", "refused", "not_sent", "not_charged"})
 OUTCOME_UNKNOWN = "outcome_unknown"
 
 

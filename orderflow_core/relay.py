@@ -13,10 +13,9 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from orderflow_core.model import OutboxEvent
-from orderflow_core.outcomes import Outcome, Succeeded
+from orderflow_core.outcomes import Outcome, Succeeded, Transient
 from orderflow_core.ports import Clock
-from orderflow_core.retry import RetryAt, RetryPolicy
-from orderflow_core.states import StepKind
+from orderflow_core.retry import RetryPolicy
 
 log = logging.getLogger("orderflow.relay")
 
@@ -80,9 +79,10 @@ class OutboxRelay:
             self._failures, self._resume_at = 0, None
             return True
         self._failures += 1
-        # The sink is retried for ever: an event is never dropped, only delayed.
-        decision = self._retry.decide(StepKind.REFUND, 1, outcome)
-        base = decision.delay_s if isinstance(decision, RetryAt) else self._retry.delays_s[-1]
+        # The sink is retried for ever: an event is never dropped, only delayed. The delay
+        # starts at the sink's Retry-After hint (or the first retry delay) and doubles.
+        hint = outcome.retry_after_s if isinstance(outcome, Transient) else None
+        base = hint if hint is not None else self._retry.delays_s[0]
         delay = min(base * 2 ** min(self._failures - 1, 6), self._retry.retry_after_cap_s)
         self._resume_at = self._clock.now() + timedelta(seconds=delay)
         log.warning(
