@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -43,7 +43,80 @@ def sequential_ids() -> Any:
     return lambda: uuid.UUID(int=next(counter))
 
 
-class World:
+class Driving:
+    """How a test drives a whole orderflow on its own event loop; `World` (in memory) and the
+    acceptance suite's `Stack` (PostgreSQL, HTTP) share it, so scenarios run on either."""
+
+    loop: asyncio.AbstractEventLoop
+    store: OrderStore
+    service: OrderService
+    executors: list[Executor]
+    clock: FakeClock
+    sim: Simulator
+    relay: OutboxRelay
+    order_ids: list[UUID]
+    _keys: Iterator[int]
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def create(self, *items: Item, principal: Principal = CUSTOMER) -> UUID:
+        lines = list(items) or [Item("sku-1", 2, 1500)]
+        view, _ = self.run(
+            self.service.create_order(principal, f"key-{next(self._keys)}", lines, "RUB")
+        )
+        order_id = view.aggregate.order.order_id
+        self.order_ids.append(order_id)
+        return order_id
+
+    def load(self, order_id: UUID) -> OrderAggregate:
+        aggregate = self.run(self.store.load(order_id))
+        assert aggregate is not None
+        return aggregate
+
+    def state(self, order_id: UUID) -> OrderState:
+        return self.load(order_id).order.state
+
+    def step(self, executor: int = 0, limit: int | None = None) -> int:
+        """One claim-and-run round of one executor; returns how many steps it claimed."""
+        return self.run(self.executors[executor].run_once(limit))
+
+    def settle(self, max_rounds: int = 200, advance_s: float = 1.0) -> None:
+        """Run executors and advance time until nothing is due (bounded)."""
+        idle = 0
+        for _ in range(max_rounds):
+            ran = sum(self.step(i) for i in range(len(self.executors)))
+            if ran:
+                idle = 0
+                continue
+            idle += 1
+            if idle > 20:
+                return
+            self.clock.advance(advance_s)
+
+    def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
+        history = self.run(self.store.history(order_id))
+        return [(h.from_state.value if h.from_state else None, h.to_state.value) for h in history]
+
+    def publish(self) -> int:
+        """Run the outbox relay until every committed event is in the feed; returns how many."""
+        published = 0
+        while ran := self.run(self.relay.run_once()):
+            published += ran
+        return published
+
+    def effects(self) -> dict[str, list[dict[str, Any]]]:
+        """What the simulated services did, for every order."""
+        effects: dict[str, list[dict[str, Any]]] = self.sim.ledger()["effects"]
+        return effects
+
+    def charges(self, order_id: UUID) -> list[dict[str, Any]]:
+        effects = self.sim.ledger(order_id=str(order_id))["effects"]
+        charges: list[dict[str, Any]] = effects["charges"]
+        return charges
+
+
+class World(Driving):
     """Everything a scenario needs, driven step by step on one event loop."""
 
     def __init__(
@@ -97,61 +170,3 @@ class World:
         self.loop.run_until_complete(cancel_all())
         if close_loop:
             self.loop.close()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def create(self, *items: Item, principal: Principal = CUSTOMER) -> UUID:
-        lines = list(items) or [Item("sku-1", 2, 1500)]
-        view, _ = self.run(
-            self.service.create_order(principal, f"key-{next(self._keys)}", lines, "RUB")
-        )
-        order_id = view.aggregate.order.order_id
-        self.order_ids.append(order_id)
-        return order_id
-
-    def load(self, order_id: UUID) -> OrderAggregate:
-        aggregate = self.run(self.store.load(order_id))
-        assert aggregate is not None
-        return aggregate
-
-    def state(self, order_id: UUID) -> OrderState:
-        return self.load(order_id).order.state
-
-    def step(self, executor: int = 0) -> int:
-        """One claim-and-run round of one executor; returns how many steps it ran."""
-        return self.run(self.executors[executor].run_once())
-
-    def settle(self, max_rounds: int = 200, advance_s: float = 1.0) -> None:
-        """Run executors and advance time until nothing is due (bounded)."""
-        idle = 0
-        for _ in range(max_rounds):
-            ran = sum(self.step(i) for i in range(len(self.executors)))
-            if ran:
-                idle = 0
-                continue
-            idle += 1
-            if idle > 20:
-                return
-            self.clock.advance(advance_s)
-
-    def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
-        history = self.run(self.store.history(order_id))
-        return [(h.from_state.value if h.from_state else None, h.to_state.value) for h in history]
-
-    def publish(self) -> int:
-        """Run the outbox relay until every committed event is in the feed; returns how many."""
-        published = 0
-        while ran := self.run(self.relay.run_once()):
-            published += ran
-        return published
-
-    def effects(self) -> dict[str, list[dict[str, Any]]]:
-        """What the simulated services did, for every order."""
-        effects: dict[str, list[dict[str, Any]]] = self.sim.ledger()["effects"]
-        return effects
-
-    def charges(self, order_id: UUID) -> list[dict[str, Any]]:
-        effects = self.sim.ledger(order_id=str(order_id))["effects"]
-        charges: list[dict[str, Any]] = effects["charges"]
-        return charges

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 from uuid import UUID
 
 from api_harness import PRINCIPALS, TOKENS, Api, Reply, serve
 
-from orderflow_core import Executor, Item, OrderAggregate, OrderService, OrderState, Principal
+from orderflow_core import Executor, OrderAggregate, OrderService
 from orderflow_core.context import Timing
 from orderflow_core.model import AuditEntry, Claim
 from orderflow_core.ports import Services
@@ -30,7 +30,7 @@ from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_mocks import running_mocks
 from orderflow_pg import PgOrderStore
 from tests_core.rules import check_snapshot, take_snapshot
-from tests_core.world import CUSTOMER
+from tests_core.world import Driving
 
 T = TypeVar("T")
 Hook = Callable[[str, Claim], Awaitable[None]]
@@ -55,7 +55,7 @@ def crash_at(point: str, kind: object, worker: str = "worker-0") -> Hook:
     return hook
 
 
-class Stack:
+class Stack(Driving):
     """Everything one acceptance scenario needs, driven step by step on one event loop."""
 
     def __init__(self, url: str, *, executors: int = 2) -> None:
@@ -117,43 +117,7 @@ class Stack:
         finally:
             self.loop.close()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    # -- the World vocabulary ------------------------------------------------------------------
-    def create(self, *items: Item, principal: Principal = CUSTOMER) -> UUID:
-        lines = list(items) or [Item("sku-1", 2, 1500)]
-        view, _ = self.run(
-            self.service.create_order(principal, f"key-{next(self._keys)}", lines, "RUB")
-        )
-        order_id = view.aggregate.order.order_id
-        self.order_ids.append(order_id)
-        return order_id
-
-    def load(self, order_id: UUID) -> OrderAggregate:
-        aggregate = self.run(self.store.load(order_id))
-        assert aggregate is not None
-        return aggregate
-
-    def state(self, order_id: UUID) -> OrderState:
-        return self.load(order_id).order.state
-
-    def step(self, executor: int = 0, limit: int | None = None) -> int:
-        """One claim-and-run round of one executor; returns how many steps it claimed."""
-        return self.run(self.executors[executor].run_once(limit))
-
-    def settle(self, max_rounds: int = 200, advance_s: float = 1.0) -> None:
-        """Run every executor and advance time until nothing is due (bounded)."""
-        idle = 0
-        for _ in range(max_rounds):
-            if sum(self.step(i) for i in range(len(self.executors))):
-                idle = 0
-                continue
-            idle += 1
-            if idle > 20:
-                return
-            self.clock.advance(advance_s)
-
+    # -- beyond the shared vocabulary (tests_core.world.Driving) -------------------------------
     def compete(self, rounds: int = 100, advance_s: float = 1.0) -> None:
         """Every executor claims at the same moment, over and over, until nothing is due."""
         for _ in range(rounds):
@@ -163,29 +127,11 @@ class Stack:
                     return
                 self.clock.advance(advance_s)
 
-    def states_visited(self, order_id: UUID) -> list[tuple[str | None, str]]:
-        history = self.run(self.store.history(order_id))
-        return [(h.from_state.value if h.from_state else None, h.to_state.value) for h in history]
-
     def audit(self, order_id: UUID) -> list[AuditEntry]:
         return self.run(self.store.audit_entries(order_id))
 
     def ledger(self, order_id: UUID | None = None) -> dict[str, Any]:
         return self.sim.ledger(order_id=str(order_id) if order_id else None)
-
-    def charges(self, order_id: UUID) -> list[dict[str, Any]]:
-        charges: list[dict[str, Any]] = self.ledger(order_id)["effects"]["charges"]
-        return charges
-
-    def effects(self) -> dict[str, list[dict[str, Any]]]:
-        effects: dict[str, list[dict[str, Any]]] = self.sim.ledger()["effects"]
-        return effects
-
-    def publish(self) -> int:
-        published = 0
-        while ran := self.run(self.relay.run_once()):
-            published += ran
-        return published
 
     # -- the API and the criteria --------------------------------------------------------------
     def call(self, method: str, path: str, **options: Any) -> Reply:
