@@ -112,3 +112,14 @@ class InvalidParameter(OrderflowError):
 
     code = "invalid_parameter"
     status = 400
+
+
+class ConcurrentUpdate(OrderflowError):
+    """Another writer changed the order first; re-read and decide again.
+
+    Not raised by the shipped stores (they lock the order); kept for store adapters that use
+    optimistic concurrency, and mapped by the API to 409 `concurrent_update`.
+    """
+
+    code = "concurrent_update"
+    status = 409
