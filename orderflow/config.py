@@ -42,6 +42,7 @@ class Settings:
     shutdown_grace_s: float
     bulkhead_limit: int
     bulkhead_policy: str
+    token_cache_s: float
     timing: Timing
 
     @property
@@ -68,6 +69,13 @@ def _positive(value: str) -> float:
     number = float(value)
     if not number > 0 or number == float("inf"):
         raise ValueError("must be a positive number of seconds")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    number = float(value)
+    if not number >= 0 or number == float("inf"):
+        raise ValueError("must be zero or a positive number of seconds")
     return number
 
 
@@ -154,6 +162,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         shutdown_grace_s=_get(env, "ORDERFLOW_SHUTDOWN_GRACE_S", _positive, 10.0),
         bulkhead_limit=_get(env, "ORDERFLOW_BULKHEAD_LIMIT", _positive_int, 20),
         bulkhead_policy=_get(env, "ORDERFLOW_BULKHEAD_POLICY", _policy, "queue"),
+        token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
     )
 

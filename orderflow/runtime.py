@@ -15,6 +15,7 @@ from psycopg import sql
 from orderflow.config import Settings
 from orderflow_core import Executor, OrderService, Services, SystemClock
 from orderflow_core.relay import EventSink, OutboxRelay
+from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
 from orderflow_http.webhook import WebhookSink
@@ -89,7 +90,9 @@ async def simulated_services_if_needed(settings: Settings) -> AsyncIterator[str 
 @asynccontextmanager
 async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[str]:
     """The REST API on ORDERFLOW_HTTP_HOST:PORT; yields its base URL."""
-    service = OrderService(store, SystemClock(), store.users, timing=settings.timing)
+    clock = SystemClock()
+    users = CachedUsers(store.users, clock, ttl_s=settings.token_cache_s)
+    service = OrderService(store, clock, users, timing=settings.timing)
 
     async def ready() -> bool:
         return await store.ping() and await store.migrations_current()

@@ -14,7 +14,7 @@ from uuid import UUID
 from orderflow_core import saga
 from orderflow_core.calls import CallPlan, perform
 from orderflow_core.context import Context, Timing
-from orderflow_core.errors import NotFound, StoreUnavailable
+from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Claim
 from orderflow_core.outcomes import Outcome, UnknownOutcome
 from orderflow_core.ports import Clock, OrderStore, Services
@@ -122,7 +122,7 @@ class Executor:
     async def _guarded(self, claim: Claim) -> None:
         try:
             await self.process(claim)
-        except (StoreUnavailable, NotFound, LeaseLost) as exc:
+        except (StoreUnavailable, NotFound, LeaseLost, ConcurrentUpdate) as exc:
             log.warning(
                 "step %s attempt %s left to lease expiry: %s", claim.step_id, claim.attempt, exc
             )
@@ -159,16 +159,17 @@ class Executor:
             lambda agg: saga.decide_result(agg, claim, outcome, self._ctx(), chain=chain),
         )
         await self._checkpoint("after_commit", claim)
-        if following is None:
-            return None
-        # The store returns the decision even when it dropped a stale change; only a lease
-        # that can be renewed proves the following step's intent was committed.
-        now = self.clock.now()
-        if not await self.store.renew_lease(following[0], now=now, lease_s=self.timing.lease_s):
-            return None
+        # `decide_result` chains only while the claim's guard holds on the locked aggregate it
+        # was given; a store that fences such a change off after all raises instead of
+        # returning (the `update` contract), so a following claim here was committed.
         return following
 
     async def _call_with_lease(self, claim: Claim, plan: CallPlan) -> Outcome:
+        remaining_s = (claim.lease_expires_at - self.clock.now()).total_seconds()
+        if self.timing.call_timeout_s < min(remaining_s, self.timing.heartbeat_s):
+            # The call's own deadline ends before the lease does and before the first
+            # heartbeat would fire: renewing could not matter, so spare the extra task.
+            return await self._call(plan)
         call = asyncio.create_task(self._call(plan))
         heartbeat = asyncio.create_task(self._heartbeat(claim, call))
         try:

@@ -111,8 +111,13 @@ class OrderStore(Protocol):
     ) -> T:
         """Lock the order, let `decide` compute a change from it, apply it, return decide's value.
 
-        If `change.guard` no longer holds when applied, nothing of the change is written except
-        an audit entry of the rejected stale result. Raises `NotFound` for an unknown order.
+        If `change.guard` does not hold on the aggregate `decide` was given, nothing of the
+        change is written except an audit entry of the rejected stale result, and decide's
+        value is returned (decide saw the same aggregate, so it knows). If the guard held there
+        but the store finds the change fenced off when writing it (a concurrent writer won),
+        it writes only that audit entry and raises `ConcurrentUpdate`: a returned value always
+        belongs to an applied change or to one decide itself saw rejected. Raises `NotFound`
+        for an unknown order.
         """
         ...
 

@@ -1,144 +1,163 @@
--- lock_order --
--- Lock one order row for the length of an update transaction
-SELECT * FROM orders WHERE order_id = %(order_id)s FOR UPDATE
-
--- lock_steps --
--- Lock the order's step rows too, so a concurrent claim skips them while a decision is applied
-SELECT * FROM workflow_steps WHERE order_id = %(order_id)s ORDER BY seq FOR UPDATE
-
--- get_order --
--- One order row, unlocked
-SELECT * FROM orders WHERE order_id = %(order_id)s
-
--- get_steps --
--- The order's steps in creation order, unlocked
-SELECT * FROM workflow_steps WHERE order_id = %(order_id)s ORDER BY seq
-
--- get_attempts --
--- Every attempt of every step of one order
-SELECT a.*
-FROM step_attempts a JOIN workflow_steps s USING (step_id)
-WHERE s.order_id = %(order_id)s
-ORDER BY a.step_id, a.attempt
-
--- get_refunds --
--- The order's refunds, oldest first
-SELECT * FROM refunds WHERE order_id = %(order_id)s ORDER BY created_at, refund_id
-
--- snapshot --
--- Make a multi-statement read see one consistent state
-SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY
-
--- insert_order --
--- A new order row
-INSERT INTO orders (
-    order_id, customer_id, items, total_minor, currency, process_version, state, created_at,
-    updated_at, event_seq, state_reason, reservation_id, reservation_status, reserved_at,
-    reservation_expires_at, reservation_expired, payment_status, payment_reference
-) VALUES (
-    %(order_id)s, %(customer_id)s, %(items)s, %(total_minor)s, %(currency)s,
-    %(process_version)s, %(state)s, %(created_at)s, %(updated_at)s, %(event_seq)s,
-    %(state_reason)s, %(reservation_id)s, %(reservation_status)s, %(reserved_at)s,
-    %(reservation_expires_at)s, %(reservation_expired)s, %(payment_status)s,
-    %(payment_reference)s
+-- lock_aggregate --
+-- One order with its steps, their attempts and its refunds as jsonb, order and step rows locked
+-- until commit (so a concurrent claim skips the steps while a decision is applied)
+WITH o AS (
+    SELECT * FROM orders WHERE order_id = %(order_id)s FOR UPDATE
+), s AS (
+    SELECT * FROM workflow_steps WHERE order_id = %(order_id)s ORDER BY seq FOR UPDATE
 )
+SELECT
+    (SELECT to_jsonb(o) FROM o) AS order_row,
+    (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.seq), '[]') FROM s) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.step_id, a.attempt), '[]')
+     FROM step_attempts AS a WHERE a.step_id IN (SELECT step_id FROM s)) AS attempt_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
--- update_order --
--- Rewrite the whole order row from the decided Order value
-UPDATE orders SET
-    customer_id = %(customer_id)s, items = %(items)s, total_minor = %(total_minor)s,
-    currency = %(currency)s, process_version = %(process_version)s, state = %(state)s,
-    created_at = %(created_at)s, updated_at = %(updated_at)s, event_seq = %(event_seq)s,
-    state_reason = %(state_reason)s, reservation_id = %(reservation_id)s,
-    reservation_status = %(reservation_status)s, reserved_at = %(reserved_at)s,
-    reservation_expires_at = %(reservation_expires_at)s,
-    reservation_expired = %(reservation_expired)s, payment_status = %(payment_status)s,
-    payment_reference = %(payment_reference)s
-WHERE order_id = %(order_id)s
+-- get_aggregate --
+-- The same aggregate unlocked; one statement, so one consistent snapshot
+SELECT
+    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
+    (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.seq), '[]')
+     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.step_id, a.attempt), '[]')
+     FROM step_attempts AS a JOIN workflow_steps AS s USING (step_id)
+     WHERE s.order_id = %(order_id)s) AS attempt_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
--- upsert_step --
--- Insert a step or rewrite it whole
-INSERT INTO workflow_steps (
-    step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt, max_attempts,
-    armed_attempt, next_attempt_at, lease_owner, lease_expires_at, last_error, result, refund_id
-) VALUES (
-    %(step_id)s, %(order_id)s, %(kind)s, %(seq)s, %(status)s, %(idempotency_key)s,
-    %(created_at)s, %(attempt)s, %(max_attempts)s, %(armed_attempt)s, %(next_attempt_at)s,
-    %(lease_owner)s, %(lease_expires_at)s, %(last_error)s, %(result)s, %(refund_id)s
+-- apply_change --
+-- Write a whole decided change in one statement from one jsonb document (keys in writes.py).
+-- A fenced change (`guarded_step` present) writes its step only under the generation that
+-- computed it, and every other part only if that step was written: a stale change leaves
+-- nothing. Foreign keys are checked at the end of the statement, so the parts may reference
+-- each other; history, events and audit keep the document's order.
+WITH doc AS (
+    SELECT %(doc)s::jsonb AS d
+), guarded AS (
+    UPDATE workflow_steps AS s SET
+        status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
+        armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
+        lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
+        last_error = r.last_error, result = r.result, refund_id = r.refund_id
+    FROM doc, jsonb_populate_record(NULL::workflow_steps, doc.d -> 'guarded_step') AS r
+    WHERE doc.d ? 'guarded_step'
+      AND s.step_id = r.step_id
+      AND s.attempt = (doc.d ->> 'guard_attempt')::integer
+      AND s.lease_owner = doc.d ->> 'guard_owner'
+      AND s.status = 'running'
+    RETURNING s.step_id
+), fence AS (
+    SELECT NOT (d ? 'guarded_step') OR EXISTS (SELECT 1 FROM guarded) AS ok FROM doc
+), new_order AS (
+    INSERT INTO orders (
+        order_id, customer_id, items, total_minor, currency, process_version, state,
+        created_at, updated_at, event_seq, state_reason, reservation_id, reservation_status,
+        reserved_at, reservation_expires_at, reservation_expired, payment_status,
+        payment_reference
+    )
+    SELECT
+        r.order_id, r.customer_id, r.items, r.total_minor, r.currency, r.process_version,
+        r.state, r.created_at, r.updated_at, r.event_seq, r.state_reason, r.reservation_id,
+        r.reservation_status, r.reserved_at, r.reservation_expires_at, r.reservation_expired,
+        r.payment_status, r.payment_reference
+    FROM doc, jsonb_populate_record(NULL::orders, doc.d -> 'new_order') AS r
+    WHERE doc.d ? 'new_order'
+), changed_order AS (
+    UPDATE orders AS o SET
+        customer_id = r.customer_id, items = r.items, total_minor = r.total_minor,
+        currency = r.currency, process_version = r.process_version, state = r.state,
+        created_at = r.created_at, updated_at = r.updated_at, event_seq = r.event_seq,
+        state_reason = r.state_reason, reservation_id = r.reservation_id,
+        reservation_status = r.reservation_status, reserved_at = r.reserved_at,
+        reservation_expires_at = r.reservation_expires_at,
+        reservation_expired = r.reservation_expired, payment_status = r.payment_status,
+        payment_reference = r.payment_reference
+    FROM doc, fence, jsonb_populate_record(NULL::orders, doc.d -> 'order') AS r
+    WHERE doc.d ? 'order' AND fence.ok AND o.order_id = r.order_id
+), steps AS (
+    INSERT INTO workflow_steps (
+        step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
+        max_attempts, armed_attempt, next_attempt_at, lease_owner, lease_expires_at,
+        last_error, result, refund_id
+    )
+    SELECT
+        r.step_id, r.order_id, r.kind, r.seq, r.status, r.idempotency_key, r.created_at,
+        r.attempt, r.max_attempts, r.armed_attempt, r.next_attempt_at, r.lease_owner,
+        r.lease_expires_at, r.last_error, r.result, r.refund_id
+    FROM doc, fence, jsonb_populate_recordset(NULL::workflow_steps, doc.d -> 'steps') AS r
+    WHERE fence.ok
+    ON CONFLICT (step_id) DO UPDATE SET
+        status = EXCLUDED.status, attempt = EXCLUDED.attempt,
+        max_attempts = EXCLUDED.max_attempts, armed_attempt = EXCLUDED.armed_attempt,
+        next_attempt_at = EXCLUDED.next_attempt_at, lease_owner = EXCLUDED.lease_owner,
+        lease_expires_at = EXCLUDED.lease_expires_at, last_error = EXCLUDED.last_error,
+        result = EXCLUDED.result, refund_id = EXCLUDED.refund_id
+), attempts AS (
+    INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
+    SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
+    FROM doc, fence, jsonb_populate_recordset(NULL::step_attempts, doc.d -> 'attempts') AS r
+    WHERE fence.ok
+    ON CONFLICT (step_id, attempt) DO UPDATE SET
+        started_at = EXCLUDED.started_at, worker = EXCLUDED.worker,
+        finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
+), refunds AS (
+    INSERT INTO refunds (
+        refund_id, order_id, amount_minor, reason, status, requested_by, created_at,
+        updated_at, step_id, refund_reference, last_error
+    )
+    SELECT
+        r.refund_id, r.order_id, r.amount_minor, r.reason, r.status, r.requested_by,
+        r.created_at, r.updated_at, r.step_id, r.refund_reference, r.last_error
+    FROM doc, fence, jsonb_populate_recordset(NULL::refunds, doc.d -> 'refunds') AS r
+    WHERE fence.ok
+    ON CONFLICT (refund_id) DO UPDATE SET
+        amount_minor = EXCLUDED.amount_minor, reason = EXCLUDED.reason,
+        status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
+        refund_reference = EXCLUDED.refund_reference, last_error = EXCLUDED.last_error
+), history AS (
+    INSERT INTO order_history (order_id, seq, from_state, to_state, at, actor, reason)
+    SELECT r.order_id, r.seq, r.from_state, r.to_state, r.at, r.actor, r.reason
+    FROM doc, fence,
+        jsonb_populate_recordset(NULL::order_history, doc.d -> 'history') WITH ORDINALITY AS r
+    WHERE fence.ok
+    ORDER BY r.ordinality
+), events AS (
+    INSERT INTO outbox (event_id, order_id, type, payload, created_at)
+    SELECT r.event_id, r.order_id, r.type, r.payload, r.created_at
+    FROM doc, fence,
+        jsonb_populate_recordset(NULL::outbox, doc.d -> 'events') WITH ORDINALITY AS r
+    WHERE fence.ok
+    ORDER BY r.ordinality
+    ON CONFLICT (event_id) DO NOTHING
+), audit AS (
+    INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
+    SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details
+    FROM doc, fence,
+        jsonb_populate_recordset(NULL::audit_log, doc.d -> 'audit') WITH ORDINALITY AS r
+    WHERE fence.ok
+    ORDER BY r.ordinality
+), processed AS (
+    INSERT INTO processed_events (event_id, order_id)
+    SELECT (doc.d ->> 'processed_event_id')::uuid, (doc.d ->> 'order_id')::uuid
+    FROM doc, fence
+    WHERE fence.ok AND doc.d ? 'processed_event_id'
+), idempotency AS (
+    INSERT INTO api_idempotency (user_id, scope, key, fingerprint, resource_id, created_at)
+    SELECT r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
+    FROM doc, fence, jsonb_populate_record(NULL::api_idempotency, doc.d -> 'idempotency') AS r
+    WHERE fence.ok AND doc.d ? 'idempotency'
 )
-ON CONFLICT (step_id) DO UPDATE SET
-    status = EXCLUDED.status, attempt = EXCLUDED.attempt, max_attempts = EXCLUDED.max_attempts,
-    armed_attempt = EXCLUDED.armed_attempt, next_attempt_at = EXCLUDED.next_attempt_at,
-    lease_owner = EXCLUDED.lease_owner, lease_expires_at = EXCLUDED.lease_expires_at,
-    last_error = EXCLUDED.last_error, result = EXCLUDED.result, refund_id = EXCLUDED.refund_id
-
--- update_guarded_step --
--- Rewrite the step a result was computed for, only under the generation that computed it
-UPDATE workflow_steps SET
-    status = %(status)s, attempt = %(attempt)s, max_attempts = %(max_attempts)s,
-    armed_attempt = %(armed_attempt)s, next_attempt_at = %(next_attempt_at)s,
-    lease_owner = %(lease_owner)s, lease_expires_at = %(lease_expires_at)s,
-    last_error = %(last_error)s, result = %(result)s, refund_id = %(refund_id)s
-WHERE step_id = %(step_id)s
-  AND attempt = %(guard_attempt)s
-  AND lease_owner = %(guard_owner)s
-  AND status = 'running'
-
--- upsert_attempt --
--- Insert an attempt's intent or record its result
-INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
-VALUES (
-    %(step_id)s, %(attempt)s, %(started_at)s, %(worker)s, %(finished_at)s, %(outcome)s,
-    %(error)s
-)
-ON CONFLICT (step_id, attempt) DO UPDATE SET
-    started_at = EXCLUDED.started_at, worker = EXCLUDED.worker,
-    finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
-
--- upsert_refund --
--- Insert a refund or rewrite it whole
-INSERT INTO refunds (
-    refund_id, order_id, amount_minor, reason, status, requested_by, created_at, updated_at,
-    step_id, refund_reference, last_error
-) VALUES (
-    %(refund_id)s, %(order_id)s, %(amount_minor)s, %(reason)s, %(status)s, %(requested_by)s,
-    %(created_at)s, %(updated_at)s, %(step_id)s, %(refund_reference)s, %(last_error)s
-)
-ON CONFLICT (refund_id) DO UPDATE SET
-    amount_minor = EXCLUDED.amount_minor, reason = EXCLUDED.reason, status = EXCLUDED.status,
-    updated_at = EXCLUDED.updated_at, refund_reference = EXCLUDED.refund_reference,
-    last_error = EXCLUDED.last_error
-
--- insert_history --
--- One state change of an order
-INSERT INTO order_history (order_id, seq, from_state, to_state, at, actor, reason)
-VALUES (%(order_id)s, %(seq)s, %(from_state)s, %(to_state)s, %(at)s, %(actor)s, %(reason)s)
-
--- insert_event --
--- An outbox event; a replayed event id is ignored so consumers see it once
-INSERT INTO outbox (event_id, order_id, type, payload, created_at)
-VALUES (%(event_id)s, %(order_id)s, %(type)s, %(payload)s, %(created_at)s)
-ON CONFLICT (event_id) DO NOTHING
+SELECT ok AS applied FROM fence
 
 -- insert_audit --
 -- One audit entry
 INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
 VALUES (%(order_id)s, %(at)s, %(actor)s, %(action)s, %(outcome)s, %(step_id)s, %(details)s)
 
--- insert_processed_event --
--- Remember that an event was applied so its replay is a no-op
-INSERT INTO processed_events (event_id, order_id) VALUES (%(event_id)s, %(order_id)s)
-
 -- is_processed_event --
 -- Whether an event was already applied
 SELECT 1 AS found FROM processed_events WHERE event_id = %(event_id)s
-
--- insert_idempotency --
--- Bind a client's idempotency key to the resource it created
-INSERT INTO api_idempotency (user_id, scope, key, fingerprint, resource_id, created_at)
-VALUES (
-    %(user_id)s, %(scope)s, %(key)s, %(fingerprint)s, %(resource_id)s, %(created_at)s
-)
 
 -- find_idempotency --
 -- The record an idempotency key is bound to

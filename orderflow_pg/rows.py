@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -26,8 +28,96 @@ Row = dict[str, Any]
 Params = dict[str, Any]
 
 
-def _fields(cls: type[Any], *, without: tuple[str, ...] = ()) -> Params:
-    return {f.name: None for f in attrs.fields(cls) if f.name not in without}
+_FIELDS: dict[tuple[type[Any], tuple[str, ...]], tuple[str, ...]] = {}
+_TYPED: dict[type[Any], tuple[tuple[str, str], ...]] = {}
+
+
+def _fields(cls: type[Any], *, without: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The attrs field names of `cls` but `without`, computed once per class."""
+    key = (cls, without)
+    if key not in _FIELDS:
+        _FIELDS[key] = tuple(f.name for f in attrs.fields(cls) if f.name not in without)
+    return _FIELDS[key]
+
+
+def _typed_fields(cls: type[Any]) -> tuple[tuple[str, str], ...]:
+    """(field, "uuid" | "instant") for the fields a jsonb row carries as strings."""
+    if cls not in _TYPED:
+        typed = []
+        for name, hint in typing.get_type_hints(cls).items():
+            kinds = {hint, *typing.get_args(hint)}
+            if UUID in kinds:
+                typed.append((name, "uuid"))
+            elif datetime in kinds:
+                typed.append((name, "instant"))
+        _TYPED[cls] = tuple(typed)
+    return _TYPED[cls]
+
+
+def json_row(cls: type[Any], data: Row) -> Row:
+    """A row read as jsonb (`to_jsonb`), with ids and instants as Python values again."""
+    row = dict(data)
+    for name, kind in _typed_fields(cls):
+        value = row.get(name)
+        if value is not None:
+            row[name] = UUID(value) if kind == "uuid" else datetime.fromisoformat(value)
+    return row
+
+
+def step_json_row(data: Row) -> Row:
+    """A `workflow_steps` row read as jsonb."""
+    return json_row(Step, data)
+
+
+def attempt_from_json(data: Row) -> Attempt:
+    """A `step_attempts` row read as jsonb, as the core's value."""
+    return attempt_from_row(json_row(Attempt, data))
+
+
+def _doc(value: Any, *, without: tuple[str, ...] = ()) -> Params:
+    """Every attrs field by name, for a jsonb document (`writes._json_value` encodes the rest;
+    the enums are `StrEnum`s, which `json` writes as their values)."""
+    return {name: getattr(value, name) for name in _fields(type(value), without=without)}
+
+
+def order_doc(order: Order) -> Params:
+    """An order in `apply_change`'s document."""
+    return _doc(order)
+
+
+def step_doc(step: Step) -> Params:
+    """A step in `apply_change`'s document (its attempts are entries of their own)."""
+    return _doc(step, without=("attempts",))
+
+
+def attempt_doc(step_id: UUID, attempt: Attempt) -> Params:
+    """An attempt in `apply_change`'s document."""
+    return {"step_id": step_id, **_doc(attempt)}
+
+
+def refund_doc(refund: Refund) -> Params:
+    """A refund in `apply_change`'s document."""
+    return _doc(refund)
+
+
+def history_doc(entry: HistoryEntry) -> Params:
+    """A history entry in `apply_change`'s document."""
+    return _doc(entry)
+
+
+def event_doc(event: OutboxEvent) -> Params:
+    """An outbox event in `apply_change`'s document; the store assigns `seq`."""
+    return _doc(event, without=("seq",))
+
+
+def audit_doc(entry: AuditEntry) -> Params:
+    """An audit entry in `apply_change`'s document."""
+    return _doc(entry)
+
+
+def idempotency_doc(record: ApiIdempotency) -> Params:
+    """An idempotency record in `apply_change`'s document."""
+    return _doc(record)
 
 
 def _params(value: Any, *, without: tuple[str, ...] = ()) -> Params:
@@ -47,24 +137,12 @@ def _pick(cls: type[Any], row: Row, *, without: tuple[str, ...] = ()) -> Params:
     return {name: row[name] for name in _fields(cls, without=without)}
 
 
-def order_params(order: Order) -> Params:
-    """The bound parameters of `insert_order` / `update_order`."""
-    params = _params(order)
-    params["items"] = Jsonb([attrs.asdict(item) for item in order.items])
-    return params
-
-
 def order_from_row(row: Row) -> Order:
     """An `orders` row as the core's value."""
     fields = _pick(Order, row)
     fields["state"] = OrderState(row["state"])
     fields["items"] = tuple(Item(**item) for item in row["items"])
     return Order(**fields)
-
-
-def step_params(step: Step) -> Params:
-    """The bound parameters of `upsert_step` (attempts are rows of their own)."""
-    return _params(step, without=("attempts",))
 
 
 def step_from_row(row: Row, attempts: tuple[Attempt, ...]) -> Step:
@@ -75,19 +153,9 @@ def step_from_row(row: Row, attempts: tuple[Attempt, ...]) -> Step:
     return Step(**fields, attempts=attempts)
 
 
-def attempt_params(step_id: UUID, attempt: Attempt) -> Params:
-    """The bound parameters of `upsert_attempt`."""
-    return {"step_id": step_id, **_params(attempt)}
-
-
 def attempt_from_row(row: Row) -> Attempt:
     """A `step_attempts` row as the core's value."""
     return Attempt(**_pick(Attempt, row))
-
-
-def refund_params(refund: Refund) -> Params:
-    """The bound parameters of `upsert_refund`."""
-    return _params(refund)
 
 
 def refund_from_row(row: Row) -> Refund:
@@ -95,13 +163,6 @@ def refund_from_row(row: Row) -> Refund:
     fields = _pick(Refund, row)
     fields["status"] = RefundStatus(row["status"])
     return Refund(**fields)
-
-
-def history_params(entry: HistoryEntry) -> Params:
-    """The bound parameters of `insert_history`."""
-    params = _params(entry)
-    params["from_state"] = entry.from_state.value if entry.from_state else None
-    return params
 
 
 def history_from_row(row: Row) -> HistoryEntry:
@@ -122,19 +183,9 @@ def audit_from_row(row: Row) -> AuditEntry:
     return AuditEntry(**_pick(AuditEntry, row))
 
 
-def event_params(event: OutboxEvent) -> Params:
-    """The bound parameters of `insert_event`; the store assigns `seq`."""
-    return _params(event, without=("seq",))
-
-
 def event_from_row(row: Row) -> OutboxEvent:
     """An `outbox` row as the core's value."""
     return OutboxEvent(**_pick(OutboxEvent, row))
-
-
-def idempotency_params(record: ApiIdempotency) -> Params:
-    """The bound parameters of `insert_idempotency`."""
-    return _params(record)
 
 
 def idempotency_from_row(row: Row) -> ApiIdempotency:

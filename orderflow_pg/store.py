@@ -8,7 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from orderflow_core.errors import DuplicateIdempotencyKey, NotFound, StoreUnavailable
+from psycopg import AsyncCursor
+
+from orderflow_core.errors import (
+    ConcurrentUpdate,
+    DuplicateIdempotencyKey,
+    NotFound,
+    StoreUnavailable,
+)
 from orderflow_core.model import (
     ApiIdempotency,
     AuditEntry,
@@ -31,6 +38,7 @@ from orderflow_pg.writes import (
     apply_update,
     guard_holds,
     insert_new_order,
+    was_applied,
     write_rejection,
 )
 
@@ -73,31 +81,41 @@ class PgOrderStore:
 
     async def create(self, change: Change) -> None:
         """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists."""
-        async with self._db.connection("create") as conn, conn.transaction():
+        # One statement in autocommit: its own transaction, one round trip.
+        async with self._db.connection("create") as conn:
             await insert_new_order(conn, change)
 
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
     ) -> T:
-        """Lock the order, decide, apply the change (or only its rejection), return the value."""
-        decided: list[tuple[Change, T]] = []
+        """Lock the order, decide, apply the change (or only its rejection), return the value.
+
+        Four statements: BEGIN, the locking read, the change, COMMIT. (Pipelining them costs
+        the client more CPU than the round trips it saves on a local server.) A change fenced
+        off at the write wrote nothing; only its rejection is recorded.
+        """
         async with self._db.connection("update") as conn:
-            try:
-                async with conn.transaction():
-                    aggregate = await read_aggregate(conn, order_id, lock=True)
-                    if aggregate is None:
-                        raise NotFound(f"order {order_id} not found")
-                    decided.append(decide(aggregate))
-                    await self._apply_decided(conn, aggregate, decided[0][0])
-            except GuardLost:
-                # Fenced off after all: the whole transaction rolled back; record only that.
-                async with conn.transaction():
-                    await write_rejection(conn, decided[0][0])
-            return decided[0][1]
+            async with conn.transaction():
+                aggregate = await read_aggregate(conn, order_id, lock=True)
+                if aggregate is None:
+                    raise NotFound(f"order {order_id} not found")
+                change, value = decide(aggregate)
+                sent = await self._apply_decided(conn, aggregate, change)
+            if sent is not None:
+                try:
+                    await was_applied(sent)
+                except GuardLost as exc:
+                    # Decide accepted the guard but the write found it fenced off: do not hand
+                    # back a value that belongs to no commit.
+                    async with conn.transaction():
+                        await write_rejection(conn, change)
+                    detail = f"order {order_id} changed under a guarded update"
+                    raise ConcurrentUpdate(detail) from exc
+            return value
 
     async def _apply_decided(
         self, conn: Connection, aggregate: OrderAggregate, change: Change
-    ) -> None:
+    ) -> AsyncCursor[Any] | None:
         if change.idempotency is not None:
             idem = change.idempotency
             key = {"user_id": idem.user_id, "scope": idem.scope, "key": idem.key}
@@ -106,16 +124,17 @@ class PgOrderStore:
         if change.processed_event_id is not None:
             event = {"event_id": change.processed_event_id}
             if await fetch_one(conn, "is_processed_event", event) is not None:
-                return
+                return None
         if change.guard is not None and not guard_holds(aggregate, change.guard):
             await write_rejection(conn, change)
-            return
-        await apply_update(conn, aggregate, change, self.fail_after_order_write)
+            return None
+        if change.is_empty:
+            return None
+        return await apply_update(conn, aggregate, change, self.fail_after_order_write)
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         """The order with its steps (and their attempts) and refunds, from one snapshot."""
-        async with self._db.connection("load") as conn, conn.transaction():
-            await execute(conn, "snapshot")
+        async with self._db.connection("load") as conn:
             return await read_aggregate(conn, order_id, lock=False)
 
     async def history(self, order_id: UUID) -> list[HistoryEntry]:

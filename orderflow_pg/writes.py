@@ -1,17 +1,30 @@
-"""Applying a decided `Change` inside an open transaction: every part or nothing (rule 4)."""
+"""Applying a decided `Change` inside an open transaction: every part or nothing (rule 4).
+
+A change goes to PostgreSQL as one statement (`apply_change`) carrying one jsonb document:
+the order, steps, attempts, refunds, history, events, audit, idempotency record and
+processed-event mark, each under its own key. One statement instead of one per row keeps the
+client's work per transition small: psycopg's cost is per statement, and on this path it was
+the largest cost of a step.
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from typing import Any
 from uuid import UUID
+
+import attrs
+from psycopg import AsyncCursor
 
 from orderflow_core.model import Change, Guard, OrderAggregate
 from orderflow_core.states import StepStatus
 from orderflow_pg import rows
-from orderflow_pg.queries import Connection, execute, execute_many
+from orderflow_pg.queries import Connection, execute, query
 
 
 class GuardLost(Exception):
-    """The guarded step's UPDATE found no row under the claimed generation: roll back."""
+    """The guarded step's UPDATE found no row under the claimed generation: nothing was written."""
 
 
 def guard_holds(aggregate: OrderAggregate, guard: Guard) -> bool:
@@ -26,16 +39,10 @@ def guard_holds(aggregate: OrderAggregate, guard: Guard) -> bool:
 
 
 async def insert_new_order(conn: Connection, change: Change) -> None:
-    """Write a new order with everything that comes with it; the key first, so a losing
-    concurrent create fails before it does any other work."""
+    """Write a new order with everything that comes with it."""
     if change.order is None:
         raise ValueError("create needs an order")
-    async with conn.pipeline():
-        if change.idempotency is not None:
-            params = rows.idempotency_params(change.idempotency)
-            await execute(conn, "insert_idempotency", params)
-        await execute(conn, "insert_order", rows.order_params(change.order))
-        await write_parts(conn, change.order.order_id, change)
+    await conn.execute(query("apply_change"), {"doc": change_document(change, new=True)})
 
 
 async def apply_update(
@@ -43,64 +50,73 @@ async def apply_update(
     before: OrderAggregate,
     change: Change,
     fail_after_order_write: Exception | None = None,
-) -> None:
-    """Write a decided change to an existing, locked order; raises `GuardLost` if fenced off.
+) -> AsyncCursor[Any]:
+    """Send a decided change to an existing, locked order; the cursor says if it was applied.
 
-    The fenced step update goes first, on its own, because its row count decides; everything
-    else is sent in one pipeline.
+    Ask `was_applied` of the cursor: a change whose guarded step was fenced off wrote nothing.
     """
-    await _write_guarded_step(conn, change)
-    async with conn.pipeline():
-        if change.order is not None:
-            await execute(conn, "update_order", rows.order_params(change.order))
-            if fail_after_order_write is not None:
-                raise fail_after_order_write
-        await write_parts(conn, before.order.order_id, change, before)
-        if change.idempotency is not None:
-            params = rows.idempotency_params(change.idempotency)
-            await execute(conn, "insert_idempotency", params)
+    cursor = conn.cursor()
+    await cursor.execute(query("apply_change"), {"doc": change_document(change, before)})
+    if change.order is not None and fail_after_order_write is not None:
+        raise fail_after_order_write
+    return cursor
 
 
-async def write_parts(
-    conn: Connection, order_id: UUID, change: Change, before: OrderAggregate | None = None
-) -> None:
-    """Steps (but the guarded one), attempts, refunds, history, events, audit and the
-    processed-event mark; of the attempts only those new or changed since `before`."""
-    guarded = change.guard.step_id if change.guard is not None else None
-    steps = [rows.step_params(s) for s in change.steps if s.step_id != guarded]
-    await execute_many(conn, "upsert_step", steps)
-    attempts = [
-        rows.attempt_params(s.step_id, a)
+async def was_applied(cursor: AsyncCursor[Any]) -> None:
+    """Raise `GuardLost` if the change `apply_update` sent was fenced off."""
+    row = await cursor.fetchone()
+    if row is None or not row[0]:
+        raise GuardLost("the guarded step no longer runs under the claimed generation")
+
+
+def change_document(
+    change: Change, before: OrderAggregate | None = None, *, new: bool = False
+) -> str:
+    """The jsonb document of `apply_change`; of the attempts only those new or changed since
+    `before`, and the guarded step under its own key, with the generation that must hold."""
+    doc: dict[str, Any] = {}
+    guard = change.guard
+    guarded = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
+    if guard is not None and guarded is not None:
+        doc["guarded_step"] = rows.step_doc(guarded)
+        doc["guard_attempt"] = guard.attempt
+        doc["guard_owner"] = guard.owner
+    if change.order is not None:
+        doc["new_order" if new else "order"] = rows.order_doc(change.order)
+    doc["steps"] = [rows.step_doc(s) for s in change.steps if s is not guarded]
+    doc["attempts"] = [
+        rows.attempt_doc(s.step_id, a)
         for s in change.steps
         for a in s.attempts
         if before is None or a not in _attempts_of(before, s.step_id)
     ]
-    await execute_many(conn, "upsert_attempt", attempts)
-    await execute_many(conn, "upsert_refund", [rows.refund_params(r) for r in change.refunds])
-    await execute_many(conn, "insert_history", [rows.history_params(h) for h in change.history])
-    await execute_many(conn, "insert_event", [rows.event_params(e) for e in change.events])
-    await execute_many(conn, "insert_audit", [rows.audit_params(a) for a in change.audit])
+    doc["refunds"] = [rows.refund_doc(r) for r in change.refunds]
+    doc["history"] = [rows.history_doc(h) for h in change.history]
+    doc["events"] = [rows.event_doc(e) for e in change.events]
+    doc["audit"] = [rows.audit_doc(a) for a in change.audit]
+    if change.idempotency is not None:
+        doc["idempotency"] = rows.idempotency_doc(change.idempotency)
     if change.processed_event_id is not None:
-        params = {"event_id": change.processed_event_id, "order_id": order_id}
-        await execute(conn, "insert_processed_event", params)
+        order = before.order if before is not None else change.order
+        doc["processed_event_id"] = change.processed_event_id
+        doc["order_id"] = order.order_id if order is not None else None
+    return json.dumps(doc, default=_json_value, separators=(",", ":"))
+
+
+def _json_value(value: object) -> Any:
+    """What `json` cannot encode itself: ids, instants (ISO 8601 with offset), attrs values."""
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if attrs.has(type(value)):
+        return attrs.asdict(value)  # type: ignore[arg-type]
+    raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
 def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]:
     step = aggregate.step(step_id)
     return step.attempts if step is not None else ()
-
-
-async def _write_guarded_step(conn: Connection, change: Change) -> None:
-    guard = change.guard
-    step = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
-    if guard is None or step is None:
-        return
-    # Belt and braces: the row lock already made the guard check authoritative, but the
-    # fenced UPDATE keeps the rule true even if a caller skipped that lock.
-    params = rows.step_params(step)
-    params.update(guard_attempt=guard.attempt, guard_owner=guard.owner)
-    if await execute(conn, "update_guarded_step", params) == 0:
-        raise GuardLost(str(guard))
 
 
 async def write_rejection(conn: Connection, change: Change) -> None:

@@ -88,6 +88,7 @@ def test_a_restart_after_sigkill_reuses_the_embedded_database(
         ("ORDERFLOW_PAYMENTS_URL", "ftp://pay"),
         ("ORDERFLOW_MAX_CONCURRENT_STEPS", "0"),
         ("ORDERFLOW_HEARTBEAT_S", "45"),
+        ("ORDERFLOW_TOKEN_CACHE_S", "-1"),
     ],
 )
 def test_a_bad_configuration_value_stops_start_up_with_one_line_naming_it(

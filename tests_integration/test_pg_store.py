@@ -18,13 +18,13 @@ import pytest
 from builders import T0, at, creation, new_order, reserved_change
 from conftest import Run
 
-from orderflow_core.errors import StoreUnavailable
+from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
 from orderflow_core.model import Change, Claim, Refund
 from orderflow_core.states import RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
 from orderflow_pg.queries import query
-from orderflow_pg.writes import GuardLost, apply_update
+from orderflow_pg.writes import GuardLost, apply_update, was_applied
 
 pytestmark = pytest.mark.postgres
 
@@ -78,11 +78,36 @@ def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
 
     async def write_without_the_lock() -> None:
         conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
-        async with conn, conn.transaction(force_rollback=True):
-            await apply_update(conn, before, stale)
+        async with conn:
+            async with conn.transaction():  # committed: the statement itself wrote nothing
+                sent = await apply_update(conn, before, stale)
+            with pytest.raises(GuardLost):
+                await was_applied(sent)
 
-    with pytest.raises(GuardLost):
-        run(write_without_the_lock())
+    run(write_without_the_lock())
+    assert run(pg_store.load(order.order_id)) == before
+    assert len(run(pg_store.history(order.order_id))) == 1
+    assert len(run(pg_store.unpublished_events(limit=10))) == 1
+
+
+def test_a_change_fenced_off_after_decide_accepted_it_raises_and_records_only_the_rejection(
+    pg_store: PgOrderStore, run: Run[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    before = run(pg_store.load(order.order_id))
+    stale = reserved_change(
+        order, before.steps[0], attrs.evolve(claim, attempt=claim.attempt - 1), worker="A"
+    )
+    # As if the read-time check had passed: only the fenced statement stands in the way.
+    monkeypatch.setattr("orderflow_pg.store.guard_holds", lambda aggregate, guard: True)
+    with pytest.raises(ConcurrentUpdate):
+        run(pg_store.update(order.order_id, lambda _: (stale, "a value of no commit")))
+    assert run(pg_store.load(order.order_id)) == before
+    audit = run(pg_store.audit_entries(order.order_id))
+    assert stale.on_reject is not None
+    assert audit[-1] == stale.on_reject
 
 
 def test_a_database_error_midway_through_a_transition_leaves_nothing_visible(

@@ -173,6 +173,9 @@ def test_orders_survive_workers_killed_at_random_and_every_rule_holds(
         drained = time.monotonic() - chaos_over
         assert done, f"not drained within {DRAIN_S:g} s: {dict(states)}"
     finally:
+        for w in workers:  # a worker restarted a moment ago installs its SIGTERM handler first
+            if w.popen.poll() is None:
+                w.wait_for(r"orderflow worker \S+ running", timeout_s=60)
         exits = [w.terminate() if w.popen.poll() is None else None for w in workers]
         for w in workers:
             w.close()
