@@ -1,6 +1,7 @@
 -- lock_aggregate --
--- One order with its steps, their attempts and its refunds as jsonb, order and step rows locked
--- until commit (so a concurrent claim skips the steps while a decision is applied)
+-- One order with its steps (each with its attempts) and its refunds as jsonb; the order and step
+-- rows stay locked until commit, so a concurrent claim skips the steps while a decision is
+-- applied. Attempts are a correlated subquery per step: always the primary key's index.
 WITH o AS (
     SELECT * FROM orders WHERE order_id = %(order_id)s FOR UPDATE
 ), s AS (
@@ -8,9 +9,11 @@ WITH o AS (
 )
 SELECT
     (SELECT to_jsonb(o) FROM o) AS order_row,
-    (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.seq), '[]') FROM s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.step_id, a.attempt), '[]')
-     FROM step_attempts AS a WHERE a.step_id IN (SELECT step_id FROM s)) AS attempt_rows,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+        ORDER BY s.seq), '[]') FROM s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
@@ -18,11 +21,12 @@ SELECT
 -- The same aggregate unlocked; one statement, so one consistent snapshot
 SELECT
     (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
-    (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.seq), '[]')
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+        ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.step_id, a.attempt), '[]')
-     FROM step_attempts AS a JOIN workflow_steps AS s USING (step_id)
-     WHERE s.order_id = %(order_id)s) AS attempt_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 

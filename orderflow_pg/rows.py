@@ -64,16 +64,6 @@ def json_row(cls: type[Any], data: Row) -> Row:
     return row
 
 
-def step_json_row(data: Row) -> Row:
-    """A `workflow_steps` row read as jsonb."""
-    return json_row(Step, data)
-
-
-def attempt_from_json(data: Row) -> Attempt:
-    """A `step_attempts` row read as jsonb, as the core's value."""
-    return attempt_from_row(json_row(Attempt, data))
-
-
 def _doc(value: Any, *, without: tuple[str, ...] = ()) -> Params:
     """Every attrs field by name, for a jsonb document (`writes._json_value` encodes the rest;
     the enums are `StrEnum`s, which `json` writes as their values)."""
