@@ -53,19 +53,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def peak_rss_kib(pid: int) -> int:
-    """VmHWM: the highest resident set the process has had, from /proc."""
+def _status_kib(pid: int, field: str) -> int:
+    """One `kB` field of /proc/PID/status; 0 once the process is gone (or is a zombie, which
+    has no memory lines), so a reading never fails the run."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
 
 
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM: the highest resident set the process has had, from /proc."""
+    return _status_kib(pid, "VmHWM")
+
+
+def current_rss_kib(pid: int) -> int:
+    """VmRSS: the resident set now. The peak only ever rises, so growth over time (a leak) is
+    read from a series of these instead."""
+    return _status_kib(pid, "VmRSS")
+
+
 class Node:
-    """One started process: its role, its log, its peak RSS; stopped with SIGTERM."""
+    """One started process: its role, its log, its RSS (now and peak); stopped with SIGTERM."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         LOGS.mkdir(parents=True, exist_ok=True)
@@ -82,6 +94,9 @@ class Node:
 
     def peak_rss_mib(self) -> float:
         return round(peak_rss_kib(self.pid) / 1024, 1)
+
+    def rss_mib(self) -> float:
+        return round(current_rss_kib(self.pid) / 1024, 1)
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:

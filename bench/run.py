@@ -11,7 +11,9 @@ import sys
 import time
 from typing import Any
 
-from bench import ceiling, launch, machine, peer, pgadmin, report, scenario
+import attrs
+
+from bench import ceiling, launch, machine, peer, pgadmin, report, scenario, soak
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PREFIX = "orderflow_bench_"
@@ -40,6 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="offered load as fractions of the measured maximum")
     p.add_argument("--sweep-seconds", type=float, default=10.0)
     p.add_argument("--sweep-at", default="20:1", help="LATENCY_MS:WORKERS of the sweep")
+    p.add_argument("--soak-seconds", type=float, default=None,
+                   help="open-loop soak sampling RSS; 0 skips it (default 600, --quick: 0)")
+    p.add_argument("--soak-load", type=float, default=0.5,
+                   help="soak offered load as a fraction of the --sweep-at maximum")
     p.add_argument("--peers", default="pgqueuer-asyncpg,procrastinate",
                    help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate; or none")
     p.add_argument("--peer-orders", type=int, default=None, help="default: --orders")
@@ -58,6 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.peers, args.ceiling_seconds, args.pgbench_scale = "pgqueuer-asyncpg", 5.0, 2
     if args.profile is None:
         args.profile = not args.quick
+    if args.soak_seconds is None:
+        args.soak_seconds = 0.0 if args.quick else 600.0
+    if args.soak_seconds > 0 and args.soak_load <= 0:
+        p.error("--soak-load must be above 0 (an open loop needs a rate)")
     args.peer_orders = args.peer_orders or args.orders
     return args
 
@@ -101,16 +111,32 @@ async def _closed_runs(args: argparse.Namespace, setup: scenario.Setup) -> list[
     return runs
 
 
-async def _sweep(
+@attrs.frozen
+class Top:
+    """The closed-loop orders/s of the `--sweep-at` configuration: what the sweep and the soak
+    offer fractions of, measured once."""
+
+    latency: int
+    workers: int
+    orders_per_s: float
+
+
+async def _top(
     args: argparse.Namespace, setup: scenario.Setup, runs: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+) -> Top:
     latency, workers = (int(x) for x in args.sweep_at.split(":"))
     base = next((r for r in runs if r["mocks_latency_ms"] == latency and r["workers"] == workers),
                 None)
     if base is None:
         base = await scenario.run(setup, f"sweep_base_l{latency}_w{workers}", latency=latency,
                                   workers=workers, load_spec=scenario.Load(orders=args.orders))
-    top = base["orders_per_s"] or 1.0
+    return Top(latency, workers, base["orders_per_s"] or 1.0)
+
+
+async def _sweep(
+    args: argparse.Namespace, setup: scenario.Setup, at: Top
+) -> list[dict[str, Any]]:
+    latency, workers, top = at.latency, at.workers, at.orders_per_s
     points = []
     for fraction in args.sweep:
         rate = round(top * fraction, 1)
@@ -123,6 +149,27 @@ async def _sweep(
         _say(name, figures)
         points.append(figures)
     return points
+
+
+async def _soak(args: argparse.Namespace, setup: scenario.Setup, at: Top) -> dict[str, Any] | None:
+    """One long open loop at `--soak-load` of the maximum, RSS sampled throughout (None when
+    `--soak-seconds` is 0)."""
+    if args.soak_seconds <= 0:
+        return None
+    rate = round(at.orders_per_s * args.soak_load, 1)
+    print(f"soak: {rate}/s offered ({args.soak_load:g} × {at.orders_per_s}) for "
+          f"{args.soak_seconds:g} s, RSS every {soak.SAMPLE_EVERY_S:g} s", flush=True)
+    # The watcher's timeout counts from the first POST: give it the soak on top of --timeout.
+    long_setup = attrs.evolve(setup, timeout_s=setup.timeout_s + args.soak_seconds)
+    figures = await scenario.run(long_setup, "soak", latency=at.latency, workers=at.workers,
+                                 load_spec=scenario.Load(rate=rate, seconds=args.soak_seconds),
+                                 rss_every_s=soak.SAMPLE_EVERY_S)
+    _say("soak", figures)
+    section = soak.summary(figures, seconds=args.soak_seconds, fraction=args.soak_load)
+    print(f"  RSS growth after {section['warmup_s']:g} s warm-up: "
+          + ", ".join(f"{role} {p['baseline_mib']} → {p['end_mib']} MiB ({p['growth_pct']} %)"
+                      for role, p in section["processes"].items()), flush=True)
+    return section
 
 
 async def _profile(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, Any] | None:
@@ -174,7 +221,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     _prepare_template(setup)
     try:
         results["runs"] = await _closed_runs(args, setup)
-        results["sweep"] = await _sweep(args, setup, results["runs"])
+        top = await _top(args, setup, results["runs"])
+        results["sweep"] = await _sweep(args, setup, top)
+        results["soak"] = await _soak(args, setup, top)
         results["profile_run"] = await _profile(args, setup) if args.profile else None
         results["peers"] = await _peers(args, setup)
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from bench import launch, load, pgadmin, profiling
+from bench import launch, load, pgadmin, profiling, soak
 from bench.stats import latency_ms
 
 SETTLE_S = 2.0
@@ -59,6 +59,10 @@ class Nodes:
 
     def all(self) -> list[launch.Node]:
         return [self.mocks, self.api, *self.workers]
+
+    def by_role(self, name: str) -> dict[str, launch.Node]:
+        """`api`, `worker0…`, `mocks`: the node names without the scenario's prefix."""
+        return {n.name.removeprefix(f"{name}-"): n for n in self.all()}
 
 
 @contextlib.contextmanager
@@ -118,11 +122,28 @@ async def _drive(
     return posted, seen
 
 
+async def _drive_sampled(
+    setup: Setup, nodes: Nodes, db_url: str, load_spec: Load, rss: dict[str, launch.Node],
+    every_s: float,
+) -> tuple[list[load.Posted], load.Watch, list[soak.Sample]]:
+    """`_drive` with the resident set of every process sampled until the last order stopped."""
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(soak.sample_rss(rss, every_s, stop))
+    try:
+        posted, seen = await _drive(setup, nodes, db_url, load_spec)
+    finally:
+        stop.set()
+        samples = await sampler
+    return posted, seen, samples
+
+
 async def run(
     setup: Setup, name: str, *, latency: int, workers: int, load_spec: Load,
-    profile_to: str | None = None,
+    profile_to: str | None = None, rss_every_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Measure one configuration on its own fresh database; the figures of the report."""
+    """Measure one configuration on its own fresh database; the figures of the report.
+
+    With `rss_every_s`, also the resident set of each process over the run (`rss_samples`)."""
     dbname = f"{setup.db_prefix}{name}"
     db_url = pgadmin.create_database(setup.server_url, dbname, template=setup.template)
     try:
@@ -131,9 +152,14 @@ async def run(
             await launch.wait_for_port(nodes.api, nodes.api_port)
             await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
             spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
-            posted, seen = await _drive(setup, nodes, db_url, load_spec)
+            samples: list[soak.Sample] | None = None
+            if rss_every_s:
+                posted, seen, samples = await _drive_sampled(
+                    setup, nodes, db_url, load_spec, nodes.by_role(name), rss_every_s)
+            else:
+                posted, seen = await _drive(setup, nodes, db_url, load_spec)
             profile = profiling.finish(spy) if spy else None
-            rss = {n.name.removeprefix(f"{name}-"): n.peak_rss_mib() for n in nodes.all()}
+            rss = {role: n.peak_rss_mib() for role, n in nodes.by_role(name).items()}
             for node in nodes.all():
                 node.check_alive()
         pgadmin.wait_no_sessions(setup.server_url, dbname)
@@ -141,8 +167,11 @@ async def run(
         outcome = await load.outcome_counts(db_url)
     finally:
         pgadmin.drop_database(setup.server_url, dbname)
-    return _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
-                    profile)
+    figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
+                       profile)
+    if samples is not None:
+        figures["rss_samples"] = [attrs.asdict(s) for s in samples]
+    return figures
 
 
 def _figures(
