@@ -59,6 +59,10 @@ class Executor:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        # Whether another claim may find work before the next poll: the last claim was cut
+        # off by the free slots (a backlog), or a wake-up came in since it ran.
+        self._backlog = False
+        self._notified = False
 
     def _ctx(self) -> Context:
         return Context(self.clock.now(), self.worker_id, self.timing, self._new_id, self._random)
@@ -68,11 +72,16 @@ class Executor:
         return self.timing.max_concurrent - len(self._in_flight)
 
     def wake(self) -> None:
-        """Claim now instead of at the next poll (a LISTEN/NOTIFY hook calls this).
+        """Work may be waiting: claim now instead of at the next poll (a LISTEN/NOTIFY hook
+        calls this).
 
         While busy, claims are batched: the executor claims again once a quarter of its slots
         are free, so one claim statement serves several steps.
         """
+        self._notified = True
+        self._wake_if_room()
+
+    def _wake_if_room(self) -> None:
         if self.free_slots >= max(1, self.timing.max_concurrent // 4):
             self._wake.set()
 
@@ -95,9 +104,13 @@ class Executor:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
         while not self._stopping.is_set():
             self._wake.clear()  # before claiming: a wake-up during the claim is not lost
+            self._notified = False
             claims: list[Claim] = []
+            wanted = self.free_slots
             try:
                 claims = await self.claim()
+                if wanted > 0:
+                    self._backlog = len(claims) >= wanted
             except StoreUnavailable as exc:
                 log.warning("claim failed: %s", exc)
             for claim in claims:
@@ -134,7 +147,12 @@ class Executor:
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.discard(task)
-            self.wake()  # a slot is free, and the step may have made its successor due
+            # A slot is free: claim again if work may be waiting. When chaining, without a
+            # backlog or a wake-up a claim would find nothing (the step a result made due was
+            # chained here; other new steps are announced by NOTIFY or found by the poll), so
+            # it is not worth a transaction.
+            if self._backlog or self._notified or not self.timing.chain_steps:
+                self._wake_if_room()
 
     async def process(self, claim: Claim) -> None:
         """One attempt of one claimed step: intent, call, result — then, when chaining, the

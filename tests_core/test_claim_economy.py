@@ -1,0 +1,135 @@
+"""`Executor.run` claims when work may be waiting, and not otherwise: after a chained order
+finishes, a claim would find nothing, so none is made until a wake-up, a backlog or the poll."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from orderflow_core import OrderState
+from orderflow_core.context import Timing
+from orderflow_core.executor import Executor
+from orderflow_core.model import Claim, Item, Principal
+from orderflow_core.service import OrderService
+from orderflow_core.states import Role
+from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
+from orderflow_core.testing.sim_adapters import simulated_services
+from orderflow_core.testing.simulation import Simulator
+
+CUSTOMER = Principal("customer-1", Role.CUSTOMER)
+NO_POLL = 3600.0  # only wake-ups and backlogs may cause a claim in these tests
+
+
+class CountingStore(InMemoryOrderStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims: list[int] = []  # how many steps each claim returned
+
+    async def claim_due(self, **kwargs: Any) -> list[Claim]:
+        claimed = await super().claim_due(**kwargs)
+        self.claims.append(len(claimed))
+        return claimed
+
+
+class Node:
+    def __init__(self, max_concurrent: int) -> None:
+        self.clock = FakeClock()
+        self.store = CountingStore()
+        self.service = OrderService(self.store, self.clock, InMemoryUsers())
+        timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
+        self.executor = Executor(
+            store=self.store,
+            services=simulated_services(Simulator(now=self.clock.now)),
+            clock=self.clock,
+            worker_id="w",
+            timing=timing,
+        )
+        self._keys = itertools.count()
+
+    async def create(self) -> Any:
+        key = f"key-{next(self._keys)}"
+        view, _ = await self.service.create_order(CUSTOMER, key, [Item("sku", 1, 100)], "RUB")
+        return view.aggregate.order.order_id
+
+    async def shipped(self, order_ids: list[Any]) -> bool:
+        for order_id in order_ids:
+            aggregate = await self.store.load(order_id)
+            if aggregate is None or aggregate.order.state is not OrderState.SHIPPED:
+                return False
+        return True
+
+    async def idle(self) -> bool:
+        return self.executor.free_slots == self.executor.timing.max_concurrent
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + deadline_s
+    while not await check():
+        assert loop.time() < ends, f"not {what} within {deadline_s} s"
+        await asyncio.sleep(0.001)
+
+
+async def _settle_loop() -> None:
+    """Let every callback that is already due run (a wake-up's claim among them)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+def test_a_finished_chained_order_is_not_followed_by_an_empty_claim() -> None:
+    async def scenario() -> list[int]:
+        node = Node(max_concurrent=4)
+        order_id = await node.create()
+        running = asyncio.create_task(node.executor.run())
+        await _until(lambda: node.shipped([order_id]), "shipped")
+        await _until(node.idle, "idle")
+        await _settle_loop()
+        claims = list(node.store.claims)
+        await node.executor.stop()
+        await running
+        return claims
+
+    assert asyncio.run(scenario()) == [1], "one claim carried the order; no empty claim after"
+
+
+def test_a_wake_up_claims_the_new_work_once() -> None:
+    async def scenario() -> list[int]:
+        node = Node(max_concurrent=4)
+        running = asyncio.create_task(node.executor.run())
+        await _until(lambda: _true(node.store.claims), "the first claim")
+        order_id = await node.create()
+        node.executor.wake()  # as LISTEN/NOTIFY does when the order's first step is inserted
+        await _until(lambda: node.shipped([order_id]), "shipped")
+        await _until(node.idle, "idle")
+        await _settle_loop()
+        claims = list(node.store.claims)
+        await node.executor.stop()
+        await running
+        return claims
+
+    assert asyncio.run(scenario()) == [0, 1]
+
+
+def test_a_backlog_is_drained_by_claiming_as_slots_free_without_waiting_for_the_poll() -> None:
+    async def scenario() -> list[int]:
+        node = Node(max_concurrent=4)
+        order_ids = [await node.create() for _ in range(10)]
+        running = asyncio.create_task(node.executor.run())
+        await _until(lambda: node.shipped(order_ids), "all shipped")
+        await _until(node.idle, "idle")
+        await _settle_loop()
+        claims = list(node.store.claims)
+        await node.executor.stop()
+        await running
+        return claims
+
+    claims = asyncio.run(scenario())
+    assert sum(claims) == 10
+    assert claims[0] == 4, "the first claim filled every slot"
+    assert claims[-1] < 4, "claiming stopped once a claim came back short"
+
+
+async def _true(value: object) -> bool:
+    return bool(value)
