@@ -97,8 +97,31 @@ class Executor:
     async def run_once(self, limit: int | None = None) -> int:
         """Claim due steps and run them to the end; returns how many were claimed."""
         claims = await self.claim(limit)
-        await asyncio.gather(*(self._guarded(c) for c in claims))
+        started = await self._start(claims)
+        await asyncio.gather(*(self._guarded(c, p) for c, p in started))
         return len(claims)
+
+    async def _start(self, claims: list[Claim]) -> list[tuple[Claim, CallPlan]]:
+        """Record the intents of a claim batch (`decide_start`) in one store call; the claims
+        that have a call to make, with their plans. What failed is left to lease expiry."""
+        if not claims:
+            return []
+        try:
+            results = await self.store.start_claimed(
+                claims, lambda agg, claim: saga.decide_start(agg, claim, self._ctx())
+            )
+        except StoreUnavailable as exc:
+            log.warning("%d claimed steps left to lease expiry: %s", len(claims), exc)
+            return []
+        started: list[tuple[Claim, CallPlan]] = []
+        for claim, result in zip(claims, results, strict=True):
+            if isinstance(result, NotFound | ConcurrentUpdate):
+                log.warning("step %s left to lease expiry: %s", claim.step_id, result)
+            elif isinstance(result, Exception):
+                log.error("step %s failed to start", claim.step_id, exc_info=result)
+            elif result is not None:
+                started.append((claim, result))
+        return started
 
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
@@ -113,8 +136,8 @@ class Executor:
                     self._backlog = len(claims) >= wanted
             except StoreUnavailable as exc:
                 log.warning("claim failed: %s", exc)
-            for claim in claims:
-                task = asyncio.create_task(self._guarded(claim))
+            for claim, plan in await self._start(claims):
+                task = asyncio.create_task(self._guarded(claim, plan))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
             with contextlib.suppress(TimeoutError):
@@ -132,9 +155,9 @@ class Executor:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _guarded(self, claim: Claim) -> None:
+    async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:
-            await self.process(claim)
+            await self._run_from(claim, plan)
         except (StoreUnavailable, NotFound, LeaseLost, ConcurrentUpdate) as exc:
             log.warning(
                 "step %s attempt %s left to lease expiry: %s", claim.step_id, claim.attempt, exc
@@ -160,7 +183,12 @@ class Executor:
         plan = await self.store.update(
             claim.order_id, lambda agg: saga.decide_start(agg, claim, self._ctx())
         )
-        current: tuple[Claim, CallPlan] | None = (claim, plan) if plan is not None else None
+        if plan is not None:
+            await self._run_from(claim, plan)
+
+    async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
+        """Call, commit the result, and go on with each step that result chained."""
+        current: tuple[Claim, CallPlan] | None = (claim, plan)
         while current is not None:
             current = await self._attempt(*current)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -112,6 +112,44 @@ class PgOrderStore:
                     detail = f"order {order_id} changed under a guarded update"
                     raise ConcurrentUpdate(detail) from exc
             return value
+
+    async def start_claimed(
+        self,
+        claims: Sequence[Claim],
+        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
+    ) -> list[T | Exception]:
+        """Every claim's `update` in one transaction: BEGIN, then per claim the locking read
+        and the change, then COMMIT. Orders are locked in `order_id` order, so two batches
+        never wait on each other in a cycle; a single `update` locks only one order."""
+        results: dict[int, T | Exception] = {}
+        order = sorted(range(len(claims)), key=lambda i: (str(claims[i].order_id), i))
+        async with self._db.connection("start_claimed") as conn, conn.transaction():
+            for index in order:
+                results[index] = await self._start_one(conn, claims[index], decide)
+        return [results[i] for i in range(len(claims))]
+
+    async def _start_one(
+        self,
+        conn: Connection,
+        claim: Claim,
+        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
+    ) -> T | Exception:
+        aggregate = await read_aggregate(conn, claim.order_id, lock=True)
+        if aggregate is None:
+            return NotFound(f"order {claim.order_id} not found")
+        try:
+            change, value = decide(aggregate, claim)
+        except Exception as exc:  # a bug in one decision must not hold up the others
+            return exc
+        sent = await self._apply_decided(conn, aggregate, change)
+        if sent is not None:
+            try:
+                await was_applied(sent)
+            except GuardLost:
+                # Nothing of it was written; record the rejection in the same transaction.
+                await write_rejection(conn, change)
+                return ConcurrentUpdate(f"order {claim.order_id} changed under a guarded update")
+        return value
 
     async def _apply_decided(
         self, conn: Connection, aggregate: OrderAggregate, change: Change

@@ -22,10 +22,13 @@ from builders import (
 )
 from conftest import Run
 
+from orderflow_core import saga
+from orderflow_core.calls import CallPlan
+from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
-from orderflow_core.model import Change, OrderAggregate, OutboxEvent, Refund
+from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
 from orderflow_core.ports import OrderStore
-from orderflow_core.states import OrderState, RefundStatus, StepStatus
+from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 from orderflow_core.testing import InMemoryOrderStore
 
 
@@ -266,3 +269,56 @@ def feed(store: Any, run: Any, *, after: int, limit: int) -> list[OutboxEvent]:
     run(store.mark_published([e.seq for e in pending], datetime(2026, 1, 1, tzinfo=UTC)))
     events: list[OutboxEvent] = run(store.events(after=after, limit=limit))
     return events
+
+
+def test_a_claim_batch_records_every_intent_and_keeps_a_failing_decision_to_its_claim(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    orders = [new_order() for _ in range(3)]
+    for order in orders:
+        run(store.create(creation(order, key=None)))
+    claims = run(store.claim_due(owner="A", now=T0, limit=3, lease_s=30))
+    broken = claims[1]
+
+    def start(aggregate: OrderAggregate, claim: Claim) -> tuple[Change, CallPlan | None]:
+        if claim is broken:
+            raise RuntimeError("a bug in one decision")
+        return saga.decide_start(aggregate, claim, Context(at(1), "A"))
+
+    lost = attrs.evolve(claims[0], order_id=uuid.uuid4(), step_id=uuid.uuid4())
+    results = run(store.start_claimed([*claims, lost], start))
+
+    assert isinstance(results[1], RuntimeError)
+    assert isinstance(results[3], NotFound)
+    for claim, result in ((claims[0], results[0]), (claims[2], results[2])):
+        assert isinstance(result, CallPlan)
+        assert result.kind is StepKind.RESERVE
+        aggregate = run(store.load(claim.order_id))
+        assert aggregate.order.state is OrderState.RESERVING
+        [attempt] = aggregate.step(claim.step_id).attempts  # type: ignore[union-attr]
+        assert (attempt.attempt, attempt.worker, attempt.finished_at) == (1, "A", None)
+    untouched = run(store.load(broken.order_id))
+    assert untouched.order.state is OrderState.CREATED
+    assert untouched.step(broken.step_id).attempts == ()  # type: ignore[union-attr]
+
+
+def test_two_claims_of_one_order_in_a_batch_each_see_the_change_before_them(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    first = new_step(order, seq=1)
+    second = new_step(order, kind=StepKind.RELEASE_RESERVATION, seq=2)
+    run(store.create(attrs.evolve(creation(order, key=None), steps=(first, second))))
+    claims = run(store.claim_due(owner="A", now=T0, limit=2, lease_s=30))
+    assert len(claims) == 2
+    assert {c.order_id for c in claims} == {order.order_id}
+
+    def note(aggregate: OrderAggregate, claim: Claim) -> tuple[Change, int]:
+        seen = sum(1 for s in aggregate.steps if s.last_error)
+        step = aggregate.step(claim.step_id)
+        assert step is not None
+        return Change(steps=(attrs.evolve(step, last_error=f"saw {seen}"),)), seen
+
+    assert run(store.start_claimed(claims, note)) == [0, 1]
+    notes = sorted(s.last_error or "" for s in run(store.load(order.order_id)).steps)
+    assert notes == ["saw 0", "saw 1"]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
 import attrs
 
-from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
+from orderflow_core.errors import DuplicateIdempotencyKey, NotFound, StoreUnavailable
 from orderflow_core.model import (
     ApiIdempotency,
     AuditEntry,
@@ -76,6 +77,23 @@ class InMemoryOrderStore:
             if not change.is_empty:
                 self._apply(aggregate, change)
             return value
+
+    async def start_claimed(
+        self,
+        claims: Sequence[Claim],
+        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
+    ) -> list[T | Exception]:
+        results: list[T | Exception] = []
+        for claim in claims:
+            try:
+                results.append(
+                    await self.update(claim.order_id, functools.partial(_for, decide, claim))
+                )
+            except StoreUnavailable:
+                raise
+            except Exception as exc:  # this claim's alone, as in one transaction per claim
+                results.append(exc)
+        return results
 
     def _guard_holds(self, aggregate: OrderAggregate, guard: Guard) -> bool:
         step = aggregate.step(guard.step_id)
@@ -215,3 +233,11 @@ class InMemoryUsers:
 
     async def principal_for_token_hash(self, token_hash: str) -> Principal | None:
         return self.by_hash.get(token_hash)
+
+
+def _for(
+    decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
+    claim: Claim,
+    aggregate: OrderAggregate,
+) -> tuple[Change, T]:
+    return decide(aggregate, claim)
