@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import peer_env
+from bench import cpu, peer_env
 
 PLOT = Path(__file__).resolve().parent / "plot.py"
 
@@ -20,11 +20,20 @@ def _ceiling_ratio(run: dict[str, Any], tps: float) -> None:
         run["ceiling_ratio"] = round(run["orders_per_s"] / run["ceiling_orders_per_s"], 3)
 
 
+def _cpu_capacity(run: dict[str, Any], cores: int | None, rate: float | None) -> None:
+    if "cpu_ms_per_order" in run:
+        run["cpu_capacity_ms_per_order"] = cpu.capacity_ms_per_order(cores, rate)
+
+
 def derive(results: dict[str, Any]) -> None:
-    """Ceiling ratio per run, our orders/s over each peer's chains/s, the issue's targets."""
-    tps = results["ceiling"]["tps"]
+    """Ceiling ratio and CPU capacity per order per run, our orders/s over each peer's
+    chains/s, the issue's targets."""
+    tps, cores = results["ceiling"]["tps"], results["machine"]["cores"]
     for run in [*results["runs"], *results["sweep"], results.get("profile_run") or {}]:
         _ceiling_ratio(run, tps)
+        _cpu_capacity(run, cores, run.get("orders_per_s"))
+    if results.get("soak"):
+        _cpu_capacity(results["soak"], cores, results["soak"]["achieved_orders_per_s"])
     for peer_run in results["peers"].get("runs", []):
         ours = [r for r in results["runs"] if r["mocks_latency_ms"] == peer_run["mocks_latency_ms"]]
         if ours and peer_run.get("chains_per_s"):
@@ -95,6 +104,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r['xacts_per_order']} | {_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "
             f"{_ms(r['created_to_shipped_ms'], 'p50', 'p95', 'p99')} | {_rss(r['peak_rss_mib'])} "
             f"| {r.get('ceiling_ratio')} |")
+    lines += _cpu_lines(results)
     lines += ["", "Offered load (open loop) — "
               f"{results['sweep'][0]['mocks_latency_ms'] if results['sweep'] else '–'} ms mocks:",
               "", "| offered/s | achieved orders/s | POST p50 / p99 ms | "
@@ -118,6 +128,37 @@ def markdown(results: dict[str, Any]) -> str:
               for t in results["targets"]]
     lines += _profile_lines(results.get("profile_run"))
     return "\n".join(lines) + "\n"
+
+
+def _cpu_row(label: str, run: dict[str, Any], rate: float | None) -> str:
+    per = run.get("cpu_ms_per_order") or {}
+    workers = [v for k, v in per.items() if k.startswith("worker")]
+    cells = [per.get("api"), round(sum(workers), 2) if workers else None, per.get("mocks"),
+             per.get(cpu.POSTGRES), per.get(cpu.LOAD_GENERATOR),
+             run.get("cpu_total_ms_per_order"), run.get("cpu_capacity_ms_per_order")]
+    return (f"| {label} | {rate} | "
+            + " | ".join("–" if v is None else f"{v:g}" for v in cells) + " |")
+
+
+def _cpu_lines(results: dict[str, Any]) -> list[str]:
+    """One row per closed-loop run, sweep point and the soak: CPU ms per accepted order by
+    process, their total, and what the cores offer per order at the rate reached."""
+    rows = [_cpu_row(f"closed, {r['mocks_latency_ms']} ms mocks, {r['workers']} worker(s)", r,
+                     r["orders_per_s"]) for r in results["runs"]]
+    rows += [_cpu_row(f"sweep {p['fraction_of_max']:g}× ({p['offered_rate']}/s offered)", p,
+                      p["orders_per_s"]) for p in results["sweep"]]
+    soak = results.get("soak")
+    if soak:
+        rows.append(_cpu_row(f"soak ({soak['offered_per_s']}/s offered)", soak,
+                             soak["achieved_orders_per_s"]))
+    notes = sorted({r["cpu_note"] for r in [*results["runs"], *results["sweep"], soak or {}]
+                    if r.get("cpu_note")})
+    return ["", f"CPU per order (ms; utime + stime from the start of the load to its end ÷ "
+            f"accepted orders; capacity = {results['machine']['cores']} cores × 1000 ÷ "
+            "orders/s):", "",
+            "| run | orders/s | api | worker(s) | mocks | postgres | load generator | total | "
+            "capacity |", "|---|---|---|---|---|---|---|---|---|", *rows,
+            *(["", *notes] if notes else [])]
 
 
 def _soak_lines(soak: dict[str, Any] | None) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from bench import launch, load, pgadmin, profiling, soak
+from bench import cpu, launch, load, pgadmin, profiling, soak
 from bench.stats import latency_ms
 
 SETTLE_S = 2.0
@@ -143,14 +143,18 @@ async def run(
 ) -> dict[str, Any]:
     """Measure one configuration on its own fresh database; the figures of the report.
 
-    With `rss_every_s`, also the resident set of each process over the run (`rss_samples`)."""
+    With `rss_every_s`, also the resident set of each process over the run (`rss_samples`).
+    Always the CPU each process used from the start of the load to its end (`cpu_*`)."""
     dbname = f"{setup.db_prefix}{name}"
     db_url = pgadmin.create_database(setup.server_url, dbname, template=setup.template)
+    pg = cpu.locate_postgres(setup.server_url)
     try:
         with _started(setup, name, db_url, latency, workers) as nodes:
             await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
             await launch.wait_for_port(nodes.api, nodes.api_port)
             await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
+            # The CPU window starts here, once start-up (imports, pools) is over.
+            cpu_start = cpu.read(nodes.by_role(name), pg)
             spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
             samples: list[soak.Sample] | None = None
             if rss_every_s:
@@ -160,6 +164,7 @@ async def run(
                 posted, seen = await _drive(setup, nodes, db_url, load_spec)
             profile = profiling.finish(spy) if spy else None
             rss = {role: n.peak_rss_mib() for role, n in nodes.by_role(name).items()}
+            cpu_end = cpu.read(nodes.by_role(name), pg)
             for node in nodes.all():
                 node.check_alive()
         pgadmin.wait_no_sessions(setup.server_url, dbname)
@@ -169,6 +174,7 @@ async def run(
         pgadmin.drop_database(setup.server_url, dbname)
     figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
                        profile)
+    figures.update(cpu.figures(cpu_start, cpu_end, figures["orders_accepted"], pg))
     if samples is not None:
         figures["rss_samples"] = [attrs.asdict(s) for s in samples]
     return figures

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from bench import launch, load
+from bench import cpu, launch, load
 
 SAMPLE_EVERY_S = 10.0
 WARMUP_MAX_S = 60.0
@@ -109,4 +109,5 @@ def summary(figures: dict[str, Any], *, seconds: float, fraction: float) -> dict
         "processes": processes,
         "max_growth_of": counted,
         "max_growth_pct": max(growths, default=None),
+        **{k: figures[k] for k in cpu.FIELDS if k in figures},
     }
