@@ -249,6 +249,9 @@ class Executor:
                 )
             except StoreUnavailable:
                 continue  # the lease check at commit time still protects the result
+            except Exception:  # a store bug must not end the heartbeat or lose the call
+                log.exception("renewing the lease of step %s failed", claim.step_id)
+                continue
             if not held:
                 call.cancel()
                 return True

@@ -362,3 +362,41 @@ def test_a_call_shorter_than_the_lease_and_the_heartbeat_runs_without_renewing()
         check_all_rules(w)
     finally:
         w.close()
+
+
+class BrokenRenewalStore(RenewalRecordingStore):
+    """A store whose renewal has a bug (not a transient StoreUnavailable)."""
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        self.renewals.append(Renewal(claim.owner, claim.attempt, now, None))
+        raise RuntimeError("a bug in the store's renewal")
+
+
+def test_a_renewal_that_raises_unexpectedly_keeps_the_heartbeat_and_the_call() -> None:
+    store = BrokenRenewalStore()
+    w = World(store=store)
+    warehouse = SlowWarehouse(w.services.warehouse)
+    a = executor(w, "worker-a", call_timeout_s=LONG_CALL_S, warehouse=warehouse)
+    order_id = w.create()
+
+    async def scenario() -> None:
+        [claim] = await a.claim()
+        attempt = asyncio.create_task(a.process(claim))
+        await until(lambda: warehouse.waiting == 1 and w.clock.sleepers == 1)
+        for beat in (1, 2):
+            w.clock.advance(HEARTBEAT_S)
+            await heartbeat_asleep_after(w, store, beat)  # it keeps beating
+        warehouse.answer.set()
+        await until(attempt.done)
+        attempt.result()  # the call's outcome, not the renewal's error
+        step = await step_of(w, claim)
+        assert step.status is StepStatus.SUCCEEDED
+        aggregate = await w.store.load(order_id)
+        assert aggregate is not None
+        assert aggregate.order.state is OrderState.RESERVED
+
+    try:
+        w.run(scenario())
+        check_all_rules(w)
+    finally:
+        w.close()
