@@ -1,0 +1,114 @@
+"""`python -m bench.worker_only`: the executor alone, for A/B comparisons of the worker path.
+
+N orders are created first (through `OrderService`, not timed), then one in-process executor
+(concurrency 20, chaining on, the real HTTP clients) runs them to `shipped` against the
+simulated services in a subprocess. Reported: orders/s, the executor process's CPU and
+PostgreSQL's CPU per order, and transactions per order (the watcher's polls taken out). No API
+and no load generator compete for the cores, so changes to the store and the executor show up
+with less noise than in the end-to-end bench; run it twice, or against an older checkout
+(`PYTHONPATH=<checkout>`), in the same minute to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from bench import cpu, launch, pgadmin
+from bench.run import DEFAULT_URL
+from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
+from orderflow_core.model import Item, Principal
+from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_pg import PgOrderStore
+from orderflow_pg.migrate import migrate
+
+DATABASE = "orderflow_bench_worker_only"
+CUSTOMER = Principal("bench", Role.CUSTOMER)
+POLL_S = 0.05
+
+
+async def _create(store: PgOrderStore, orders: int) -> None:
+    service = OrderService(store, SystemClock(), store.users)
+    gate = asyncio.Semaphore(10)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
+
+    await asyncio.gather(*(one(i) for i in range(orders)))
+
+
+async def _shipped(store: PgOrderStore) -> int:
+    async with store._db.connection("bench") as conn:  # a bench-only count
+        cursor = await conn.execute("SELECT count(*) FROM orders WHERE state = 'shipped'")
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, float]:
+    url = pgadmin.create_database(server_url, DATABASE)
+    await migrate(url)
+    port = launch.free_port()
+    code = f"from orderflow_mocks import run_mocks; run_mocks(port={port})"
+    mocks = subprocess.Popen(  # noqa: ASYNC220 - once, before anything is measured
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    postgres = cpu.locate_postgres(server_url)
+    try:
+        async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
+            await _create(store, orders)
+            async with (
+                HttpWarehouse(base) as warehouse,
+                HttpPayments(base) as payments,
+                HttpShipping(base) as shipping,
+            ):
+                executor = Executor(
+                    store=store,
+                    services=Services(warehouse, payments, shipping),
+                    clock=SystemClock(),
+                    worker_id="bench-worker",
+                    timing=Timing(max_concurrent=concurrency, chain_steps=True),
+                )
+                xacts0 = pgadmin.xact_commit(server_url, DATABASE)
+                pg0 = cpu.postgres_cpu_s(postgres.postmaster) if postgres.postmaster else 0.0
+                cpu0, began = cpu.self_cpu_s(), time.monotonic()
+                running = asyncio.create_task(executor.run())
+                polls = 1
+                while await _shipped(store) < orders:
+                    await asyncio.sleep(POLL_S)  # the bench's own watcher, not a test wait
+                    polls += 1
+                elapsed = time.monotonic() - began
+                worker_s = cpu.self_cpu_s() - cpu0
+                pg_s = cpu.postgres_cpu_s(postgres.postmaster) - pg0 if postgres.postmaster else 0.0
+                await executor.stop()
+                await running
+        xacts = pgadmin.xact_commit(server_url, DATABASE) - xacts0 - polls
+    finally:
+        mocks.terminate()
+        mocks.wait(timeout=10)
+        pgadmin.drop_database(server_url, DATABASE)
+    return {
+        "orders_per_s": round(orders / elapsed, 1),
+        "worker_cpu_ms_per_order": round(1000 * worker_s / orders, 2),
+        "postgres_cpu_ms_per_order": round(1000 * pg_s / orders, 2),
+        "xacts_per_order": round(xacts / orders, 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.worker_only", description=__doc__)
+    p.add_argument("--database-url", default=os.environ.get("ORDERFLOW_BENCH_DATABASE_URL",
+                                                            DEFAULT_URL))
+    p.add_argument("--orders", type=int, default=600)
+    p.add_argument("--concurrency", type=int, default=20)
+    args = p.parse_args()
+    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency)))
+
+
+if __name__ == "__main__":
+    main()
