@@ -60,7 +60,9 @@ async def run(
 
 def ensure_installed() -> dict[str, str] | None:
     """The peers' versions once bench/.peer-venv is ready; None if it cannot be."""
-    print(f"preparing {peer_env.VENV} (pip, first run takes a minute)…", flush=True)
+    first = not peer_env.python().exists()
+    print(f"{'preparing' if first else 'checking'} {peer_env.VENV} (pip"
+          f"{', first run takes a minute' if first else ''})…", flush=True)
     if not peer_env.ensure():
         return None
     return peer_env.versions()

@@ -20,6 +20,13 @@ PREFIX = "orderflow_bench_"
 RESULTS = launch.REPO / "bench" / "results"
 
 
+# What `--quick` changes: a short smoke run of one configuration and one peer.
+QUICK: dict[str, Any] = {
+    "orders": 300, "latencies": [0], "workers": [1], "sweep": [0.5, 1.0], "sweep_seconds": 4.0,
+    "sweep_at": "0:1", "peers": "pgqueuer-asyncpg", "ceiling_seconds": 5.0, "pgbench_scale": 2,
+}
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -57,11 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--launcher", choices=["auto", "cli", "fallback"], default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--quick", action="store_true", help="a short smoke run (~2 minutes)")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        p.set_defaults(**QUICK)  # defaults only: options given explicitly still win
     args = p.parse_args(argv)
-    if args.quick:
-        args.orders, args.latencies, args.workers = min(args.orders, 300), [0], [1]
-        args.sweep, args.sweep_seconds, args.sweep_at = [0.5, 1.0], 4.0, "0:1"
-        args.peers, args.ceiling_seconds, args.pgbench_scale = "pgqueuer-asyncpg", 5.0, 2
     if args.profile is None:
         args.profile = not args.quick
     if args.soak_seconds is None:

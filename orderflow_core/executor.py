@@ -113,6 +113,9 @@ class Executor:
         except StoreUnavailable as exc:
             log.warning("%d claimed steps left to lease expiry: %s", len(claims), exc)
             return []
+        except Exception:  # a bug must not stop the executor; the leases run out
+            log.exception("%d claimed steps failed to start", len(claims))
+            return []
         started: list[tuple[Claim, CallPlan]] = []
         for claim, result in zip(claims, results, strict=True):
             if isinstance(result, NotFound | ConcurrentUpdate):

@@ -51,6 +51,10 @@ def check_items(items: Sequence[Item], currency: str) -> None:
         errors.append({"field": "items", "message": f"between 1 and {MAX_ITEMS} items"})
     for i, item in enumerate(items[:MAX_ITEMS]):
         errors.extend(_item_errors(f"items[{i}]", item))
+    if not errors and items and sum(i.quantity * i.unit_price_minor for i in items) == 0:
+        # Free items are fine, a free order is not: the payments service charges positive
+        # amounts only, so a total of 0 could never be paid (it would wait out the hold).
+        errors.append({"field": "items", "message": "the order total must be above 0"})
     if errors:
         raise ValidationFailed(errors)
 

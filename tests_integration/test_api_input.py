@@ -59,6 +59,7 @@ BODIES = [
     (_order_text().replace(b', "unit_price_minor": 1500', b""), 422, "validation_failed", None),
     (_order_text().replace(b"}]", b', "colour": "red"}]'), 422, "validation_failed", None),
     (_items(0), 422, "validation_failed", "items"),
+    (_order_text(price="0"), 422, "validation_failed", "items"),
     (_items(101), 422, "validation_failed", "items"),
     (b'{"currency": "RUB"}', 422, "validation_failed", "items"),
     (b'{"items": {}, "currency": "RUB"}', 422, "validation_failed", "items"),
@@ -104,6 +105,9 @@ def test_the_limits_themselves_are_accepted() -> None:
         assert api("POST", ORDERS, raw=_items(100), key="a", headers=JSON).status == 202
         edge = _order_text(quantity="1000", price=str(10**12))
         assert api("POST", ORDERS, raw=edge, key="b", headers=JSON).status == 202
+        free_line = b'{"sku": "FREE", "quantity": 1, "unit_price_minor": 0}, '
+        one_free = _order_text().replace(b'[{"sku"', b"[" + free_line + b'{"sku"')
+        assert api("POST", ORDERS, raw=one_free, key="c", headers=JSON).status == 202
 
 
 @pytest.mark.parametrize(
