@@ -17,6 +17,9 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
+
+import psycopg
 
 from bench import cpu, launch, pgadmin
 from bench.run import DEFAULT_URL
@@ -42,10 +45,9 @@ async def _create(store: PgOrderStore, orders: int) -> None:
     await asyncio.gather(*(one(i) for i in range(orders)))
 
 
-async def _shipped(store: PgOrderStore) -> int:
-    async with store._db.connection("bench") as conn:  # a bench-only count
-        cursor = await conn.execute("SELECT count(*) FROM orders WHERE state = 'shipped'")
-        row = await cursor.fetchone()
+async def _shipped(conn: psycopg.AsyncConnection[Any]) -> int:
+    cursor = await conn.execute("SELECT count(*) FROM orders WHERE state = 'shipped'")
+    row = await cursor.fetchone()
     return int(row[0]) if row else 0
 
 
@@ -79,10 +81,12 @@ async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, f
                 cpu0, began = cpu.self_cpu_s(), time.monotonic()
                 running = asyncio.create_task(executor.run())
                 polls = 1
-                while await _shipped(store) < orders:
+                watcher = await psycopg.AsyncConnection.connect(url, autocommit=True)
+                while await _shipped(watcher) < orders:
                     await asyncio.sleep(POLL_S)  # the bench's own watcher, not a test wait
                     polls += 1
                 elapsed = time.monotonic() - began
+                await watcher.close()
                 worker_s = cpu.self_cpu_s() - cpu0
                 pg_s = cpu.postgres_cpu_s(postgres.postmaster) - pg0 if postgres.postmaster else 0.0
                 await executor.stop()

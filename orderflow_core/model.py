@@ -275,6 +275,17 @@ class OrderAggregate:
     def refund(self, refund_id: UUID) -> Refund | None:
         return next((r for r in self.refunds if r.refund_id == refund_id), None)
 
+    def holds(self, guard: Guard) -> bool:
+        """Whether the guarded step still runs under the generation a result was computed for
+        (what a store checks before it applies a guarded change)."""
+        step = self.step(guard.step_id)
+        return (
+            step is not None
+            and step.status is StepStatus.RUNNING
+            and step.attempt == guard.attempt
+            and step.lease_owner == guard.owner
+        )
+
     @property
     def current_step(self) -> Step | None:
         """The newest mainline step that was not cancelled (or the newest at all)."""

@@ -40,13 +40,12 @@ from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 
 
 def guard_holds(aggregate: OrderAggregate, claim: Claim, ctx: Context) -> bool:
-    """The claim's generation still owns the step and its lease has not run out."""
+    """The claim's generation still owns the step (the stores' check) and its lease has not
+    run out."""
     step = aggregate.step(claim.step_id)
     return (
-        step is not None
-        and step.status is StepStatus.RUNNING
-        and step.attempt == claim.attempt
-        and step.lease_owner == claim.owner
+        aggregate.holds(claim.guard)
+        and step is not None
         and step.lease_expires_at is not None
         and step.lease_expires_at > ctx.now
     )

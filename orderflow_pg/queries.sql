@@ -154,11 +154,6 @@ WITH doc AS (
 )
 SELECT ok AS applied FROM fence
 
--- insert_audit --
--- One audit entry
-INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
-VALUES (%(order_id)s, %(at)s, %(actor)s, %(action)s, %(outcome)s, %(step_id)s, %(details)s)
-
 -- is_processed_event --
 -- Whether an event was already applied
 SELECT 1 AS found FROM processed_events WHERE event_id = %(event_id)s

@@ -8,7 +8,6 @@ from typing import Any
 from uuid import UUID
 
 import attrs
-from psycopg.types.json import Jsonb
 
 from orderflow_core.model import (
     ApiIdempotency,
@@ -110,19 +109,6 @@ def idempotency_doc(record: ApiIdempotency) -> Params:
     return _doc(record)
 
 
-def _params(value: Any, *, without: tuple[str, ...] = ()) -> Params:
-    """Every attrs field as a bound parameter; enums by value, dicts as jsonb."""
-    params: Params = {}
-    for name in _fields(type(value), without=without):
-        field = getattr(value, name)
-        if isinstance(field, OrderState | StepKind | StepStatus | RefundStatus):
-            field = field.value
-        elif isinstance(field, dict):
-            field = Jsonb(field)
-        params[name] = field
-    return params
-
-
 def _pick(cls: type[Any], row: Row, *, without: tuple[str, ...] = ()) -> Params:
     return {name: row[name] for name in _fields(cls, without=without)}
 
@@ -161,11 +147,6 @@ def history_from_row(row: Row) -> HistoryEntry:
     fields["from_state"] = OrderState(row["from_state"]) if row["from_state"] else None
     fields["to_state"] = OrderState(row["to_state"])
     return HistoryEntry(**fields)
-
-
-def audit_params(entry: AuditEntry) -> Params:
-    """The bound parameters of `insert_audit`."""
-    return _params(entry)
 
 
 def audit_from_row(row: Row) -> AuditEntry:

@@ -36,7 +36,6 @@ from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     GuardLost,
     apply_update,
-    guard_holds,
     insert_new_order,
     was_applied,
     write_rejection,
@@ -101,16 +100,10 @@ class PgOrderStore:
                     raise NotFound(f"order {order_id} not found")
                 change, value = decide(aggregate)
                 sent = await self._apply_decided(conn, aggregate, change)
-            if sent is not None:
-                try:
-                    await was_applied(sent)
-                except GuardLost as exc:
-                    # Decide accepted the guard but the write found it fenced off: do not hand
-                    # back a value that belongs to no commit.
-                    async with conn.transaction():
-                        await write_rejection(conn, change)
-                    detail = f"order {order_id} changed under a guarded update"
-                    raise ConcurrentUpdate(detail) from exc
+            # Decide accepted the guard but the write may have found it fenced off: then do
+            # not hand back a value that belongs to no commit.
+            if sent is not None and (fenced := await _fenced_off(conn, sent, change, order_id)):
+                raise fenced
             return value
 
     async def start_claimed(
@@ -142,13 +135,8 @@ class PgOrderStore:
         except Exception as exc:  # a bug in one decision must not hold up the others
             return exc
         sent = await self._apply_decided(conn, aggregate, change)
-        if sent is not None:
-            try:
-                await was_applied(sent)
-            except GuardLost:
-                # Nothing of it was written; record the rejection in the same transaction.
-                await write_rejection(conn, change)
-                return ConcurrentUpdate(f"order {claim.order_id} changed under a guarded update")
+        if sent is not None and (fenced := await _fenced_off(conn, sent, change, claim.order_id)):
+            return fenced
         return value
 
     async def _apply_decided(
@@ -163,7 +151,7 @@ class PgOrderStore:
             event = {"event_id": change.processed_event_id}
             if await fetch_one(conn, "is_processed_event", event) is not None:
                 return None
-        if change.guard is not None and not guard_holds(aggregate, change.guard):
+        if change.guard is not None and not aggregate.holds(change.guard):
             await write_rejection(conn, change)
             return None
         if change.is_empty:
@@ -268,3 +256,16 @@ class PgOrderStore:
     async def _fetch_all(self, name: str, params: dict[str, Any]) -> list[rows.Row]:
         async with self._db.connection(name) as conn:
             return await fetch_all(conn, name, params)
+
+
+async def _fenced_off(
+    conn: Connection, sent: AsyncCursor[Any], change: Change, order_id: UUID
+) -> ConcurrentUpdate | None:
+    """If the change `apply_update` sent was fenced off (it wrote nothing), record only its
+    rejection and say so; None when it was applied."""
+    try:
+        await was_applied(sent)
+    except GuardLost:
+        await write_rejection(conn, change)
+        return ConcurrentUpdate(f"order {order_id} changed under a guarded update")
+    return None

@@ -17,25 +17,13 @@ from uuid import UUID
 import attrs
 from psycopg import AsyncCursor
 
-from orderflow_core.model import Change, Guard, OrderAggregate
-from orderflow_core.states import StepStatus
+from orderflow_core.model import Change, OrderAggregate
 from orderflow_pg import rows
-from orderflow_pg.queries import Connection, execute, query
+from orderflow_pg.queries import Connection, query
 
 
 class GuardLost(Exception):
     """The guarded step's UPDATE found no row under the claimed generation: nothing was written."""
-
-
-def guard_holds(aggregate: OrderAggregate, guard: Guard) -> bool:
-    """Whether the step is still running under the generation a result was computed for."""
-    step = aggregate.step(guard.step_id)
-    return (
-        step is not None
-        and step.status is StepStatus.RUNNING
-        and step.attempt == guard.attempt
-        and step.lease_owner == guard.owner
-    )
 
 
 async def insert_new_order(conn: Connection, change: Change) -> None:
@@ -122,4 +110,5 @@ def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]
 async def write_rejection(conn: Connection, change: Change) -> None:
     """Record a stale result that was not committed (rule 6), and nothing else."""
     if change.on_reject is not None:
-        await execute(conn, "insert_audit", rows.audit_params(change.on_reject))
+        rejection = change_document(Change(audit=(change.on_reject,)))
+        await conn.execute(query("apply_change"), {"doc": rejection})

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from orderflow_http.bulkhead import Bulkhead, BulkheadBusyError
-
-
-async def until(condition: Callable[[], bool], deadline_s: float = 5.0) -> None:
-    """Yield to the loop until `condition` holds; fail after a deadline (no timed sleeps)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not condition():
-        assert loop.time() < end, "condition not reached before the deadline"
-        await asyncio.sleep(0)
+from tests_core.waiting import until
 
 
 def test_never_more_than_n_calls_are_in_flight_under_100_concurrent_calls() -> None:

@@ -63,6 +63,19 @@ class Node:
     async def idle(self) -> bool:
         return self.executor.free_slots == self.executor.timing.max_concurrent
 
+    async def claims_once_done(
+        self, order_ids: list[Any], running: asyncio.Task[None]
+    ) -> list[int]:
+        """Wait until the orders shipped and the executor is idle, let any wake-up's claim
+        happen, then stop the executor; the sizes of every claim it made."""
+        await _until(lambda: self.shipped(order_ids), "shipped")
+        await _until(self.idle, "idle")
+        await _settle_loop()
+        claims = list(self.store.claims)
+        await self.executor.stop()
+        await running
+        return claims
+
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str, deadline_s: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
@@ -83,13 +96,7 @@ def test_a_finished_chained_order_is_not_followed_by_an_empty_claim() -> None:
         node = Node(max_concurrent=4)
         order_id = await node.create()
         running = asyncio.create_task(node.executor.run())
-        await _until(lambda: node.shipped([order_id]), "shipped")
-        await _until(node.idle, "idle")
-        await _settle_loop()
-        claims = list(node.store.claims)
-        await node.executor.stop()
-        await running
-        return claims
+        return await node.claims_once_done([order_id], running)
 
     assert asyncio.run(scenario()) == [1], "one claim carried the order; no empty claim after"
 
@@ -101,13 +108,7 @@ def test_a_wake_up_claims_the_new_work_once() -> None:
         await _until(lambda: _true(node.store.claims), "the first claim")
         order_id = await node.create()
         node.executor.wake()  # as LISTEN/NOTIFY does when the order's first step is inserted
-        await _until(lambda: node.shipped([order_id]), "shipped")
-        await _until(node.idle, "idle")
-        await _settle_loop()
-        claims = list(node.store.claims)
-        await node.executor.stop()
-        await running
-        return claims
+        return await node.claims_once_done([order_id], running)
 
     assert asyncio.run(scenario()) == [0, 1]
 
@@ -117,13 +118,7 @@ def test_a_backlog_is_drained_by_claiming_as_slots_free_without_waiting_for_the_
         node = Node(max_concurrent=4)
         order_ids = [await node.create() for _ in range(10)]
         running = asyncio.create_task(node.executor.run())
-        await _until(lambda: node.shipped(order_ids), "all shipped")
-        await _until(node.idle, "idle")
-        await _settle_loop()
-        claims = list(node.store.claims)
-        await node.executor.stop()
-        await running
-        return claims
+        return await node.claims_once_done(order_ids, running)
 
     claims = asyncio.run(scenario())
     assert sum(claims) == 10

@@ -5,7 +5,7 @@ deadline ends before both the lease and the first heartbeat runs without renewin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -29,6 +29,7 @@ from orderflow_core.model import Claim
 from orderflow_core.outcomes import Outcome
 from orderflow_core.testing import InMemoryOrderStore
 from tests_core.rules import check_all_rules
+from tests_core.waiting import until
 from tests_core.world import World
 
 LEASE_S = 30.0
@@ -93,15 +94,6 @@ class SlowWarehouse:
 
     async def release(self, call: CallContext, reservation_key: str) -> Outcome:
         return await self.inner.release(call, reservation_key)
-
-
-async def until(condition: Callable[[], bool], deadline_s: float = 5.0) -> None:
-    """Yield to the loop until `condition` holds; fail after a deadline (no timed sleeps)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not condition():
-        assert loop.time() < end, "condition not reached before the deadline"
-        await asyncio.sleep(0)
 
 
 async def heartbeat_asleep_after(w: World, store: RenewalRecordingStore, renewals: int) -> None:

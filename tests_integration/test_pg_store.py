@@ -19,7 +19,7 @@ from builders import T0, at, creation, new_order, reserved_change
 from conftest import Run
 
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import Change, Claim, Refund
+from orderflow_core.model import Change, Claim, OrderAggregate, Refund
 from orderflow_core.states import RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
@@ -101,7 +101,7 @@ def test_a_change_fenced_off_after_decide_accepted_it_raises_and_records_only_th
         order, before.steps[0], attrs.evolve(claim, attempt=claim.attempt - 1), worker="A"
     )
     # As if the read-time check had passed: only the fenced statement stands in the way.
-    monkeypatch.setattr("orderflow_pg.store.guard_holds", lambda aggregate, guard: True)
+    monkeypatch.setattr(OrderAggregate, "holds", lambda aggregate, guard: True)
     with pytest.raises(ConcurrentUpdate):
         run(pg_store.update(order.order_id, lambda _: (stale, "a value of no commit")))
     assert run(pg_store.load(order.order_id)) == before

@@ -17,7 +17,6 @@ from orderflow_core.model import (
     AuditEntry,
     Change,
     Claim,
-    Guard,
     HistoryEntry,
     Order,
     OrderAggregate,
@@ -70,7 +69,7 @@ class InMemoryOrderStore:
                     raise DuplicateIdempotencyKey("idempotency key already used")
             if change.processed_event_id in self.processed_events:
                 return value
-            if change.guard is not None and not self._guard_holds(aggregate, change.guard):
+            if change.guard is not None and not aggregate.holds(change.guard):
                 if change.on_reject is not None:
                     self.audit_log.append(change.on_reject)
                 return value
@@ -94,15 +93,6 @@ class InMemoryOrderStore:
             except Exception as exc:  # this claim's alone, as in one transaction per claim
                 results.append(exc)
         return results
-
-    def _guard_holds(self, aggregate: OrderAggregate, guard: Guard) -> bool:
-        step = aggregate.step(guard.step_id)
-        return (
-            step is not None
-            and step.status is StepStatus.RUNNING
-            and step.attempt == guard.attempt
-            and step.lease_owner == guard.owner
-        )
 
     def _apply(self, aggregate: OrderAggregate, change: Change) -> None:
         order_id = aggregate.order.order_id
