@@ -13,10 +13,11 @@ from uuid import UUID
 
 from orderflow_core import saga
 from orderflow_core.calls import CallPlan, perform
+from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
-from orderflow_core.model import Claim
-from orderflow_core.outcomes import Outcome, UnknownOutcome
+from orderflow_core.model import Change, Claim, OrderAggregate
+from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
 from orderflow_core.ports import Clock, OrderStore, Services
 
 log = logging.getLogger("orderflow.executor")
@@ -49,6 +50,8 @@ class Executor:
         random: Callable[[], float] = _random.random,
     ) -> None:
         self.store = store
+        # Results and the intents they chain commit through one writer, grouped (group commit).
+        self.commits = CommitQueue(store)
         self.services = services
         self.clock = clock
         self.worker_id = worker_id
@@ -151,12 +154,19 @@ class Executor:
         """Stop claiming; let in-flight steps finish within `grace_s`, then abandon them to
         lease expiry (another executor takes them over; nothing half-done is committed)."""
         self._stopping.set()
-        if not self._in_flight:
-            return
-        _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        if self._in_flight:
+            _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        # A commit under way finishes (or is abandoned at the deadline, as a crash would).
+        try:
+            async with asyncio.timeout_at(max(deadline, loop.time() + 0.001)):
+                await self.commits.drain()
+        except TimeoutError:
+            self.commits.cancel()
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:
@@ -203,10 +213,22 @@ class Executor:
         outcome = await self._call_with_lease(claim, plan)
         await self._checkpoint("after_call", claim)
         chain = self.timing.chain_steps and not self._stopping.is_set()
-        following = await self.store.update(
-            claim.order_id,
-            lambda agg: saga.decide_result(agg, claim, outcome, self._ctx(), chain=chain),
-        )
+        rejected: list[str] = []
+
+        def decide(agg: OrderAggregate) -> tuple[Change, tuple[Claim, CallPlan] | None]:
+            ctx = self._ctx()
+            rejected[:] = [] if saga.guard_holds(agg, claim, ctx) else [_why_stale(agg, claim)]
+            return saga.decide_result(agg, claim, outcome, ctx, chain=chain)
+
+        following = await self.commits.update(claim.order_id, decide)
+        if rejected:
+            log.warning(
+                "result of step %s attempt %s rejected (%s), not stored: %s",
+                claim.step_id,
+                claim.attempt,
+                rejected[0],
+                outcome_name(outcome),
+            )
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of
@@ -259,6 +281,11 @@ class Executor:
                 call.cancel()
                 return True
         return False
+
+
+def _why_stale(aggregate: OrderAggregate, claim: Claim) -> str:
+    """Why a result no longer belongs to the step: taken over, or only the lease ran out."""
+    return "lease_expired" if aggregate.holds(claim.guard) else "stale_generation"
 
 
 async def _first(*aws: Awaitable[object]) -> None:

@@ -121,6 +121,22 @@ class OrderStore(Protocol):
         """
         ...
 
+    async def update_many(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
+        """`update` for each (order_id, decide) pair, in as few transactions as the store can
+        (a group commit: the executor commits the results and next intents of many orders at
+        once). Each order keeps `update`'s guarantees: its change is all or nothing, fenced by
+        its own guard (a fenced-off change writes only its rejection). An order whose `decide`
+        raised, that is gone, whose change was fenced off at the write or whose write failed
+        gets that exception in its place; the others still commit (a store that shares one
+        statement between orders retries each order alone once that statement fails). A store
+        error (`StoreUnavailable`) is raised for the batch: any subset of its changes may then
+        have been applied. Pairs of the same order are applied in the given order, each
+        deciding on the aggregate the one before it left.
+        """
+        ...
+
     async def start_claimed(
         self,
         claims: Sequence[Claim],

@@ -17,6 +17,29 @@ SELECT
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
+-- lock_aggregates --
+-- Several orders' aggregates, one row each, all locked until commit. The orders are locked in
+-- order_id order (as every multi-order writer does, so two batches never wait on each other in
+-- a cycle), then their steps.
+WITH o AS (
+    SELECT * FROM orders WHERE order_id = ANY(%(order_ids)s::uuid[]) ORDER BY order_id FOR UPDATE
+), s AS (
+    SELECT * FROM workflow_steps
+    WHERE order_id IN (SELECT order_id FROM o)
+    ORDER BY order_id, seq
+    FOR UPDATE
+)
+SELECT
+    to_jsonb(o) AS order_row,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+        ORDER BY s.seq), '[]') FROM s WHERE s.order_id = o.order_id) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = o.order_id) AS refund_rows
+FROM o
+
 -- get_aggregate --
 -- The same aggregate unlocked; one statement, so one consistent snapshot
 SELECT
@@ -30,29 +53,32 @@ SELECT
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
--- apply_change --
--- Write a whole decided change in one statement from one jsonb document (keys in writes.py).
--- A fenced change (`guarded_step` present) writes its step only under the generation that
--- computed it, and every other part only if that step was written: a stale change leaves
--- nothing. Foreign keys are checked at the end of the statement, so the parts may reference
--- each other; history, events and audit keep the document's order.
-WITH doc AS (
-    SELECT %(doc)s::jsonb AS d
+-- apply_changes --
+-- Write decided changes of one or more orders in one statement from a jsonb array of documents
+-- (one per change, keys in writes.py; no two documents of one order). A fenced document
+-- (`guarded_step` present) writes its step only under the generation that computed it, and its
+-- other parts only if that step was written: a stale change leaves nothing, and the documents
+-- beside it are written all the same. Foreign keys are checked at the end of the statement, so
+-- the parts may reference each other; history, events and audit keep the documents' order.
+-- One row per document says whether it was applied.
+WITH docs AS (
+    SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
 ), guarded AS (
     UPDATE workflow_steps AS s SET
         status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
         armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
         last_error = r.last_error, result = r.result, refund_id = r.refund_id
-    FROM doc, jsonb_populate_record(NULL::workflow_steps, doc.d -> 'guarded_step') AS r
-    WHERE doc.d ? 'guarded_step'
+    FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
+    WHERE docs.d ? 'guarded_step'
       AND s.step_id = r.step_id
-      AND s.attempt = (doc.d ->> 'guard_attempt')::integer
-      AND s.lease_owner = doc.d ->> 'guard_owner'
+      AND s.attempt = (docs.d ->> 'guard_attempt')::integer
+      AND s.lease_owner = docs.d ->> 'guard_owner'
       AND s.status = 'running'
-    RETURNING s.step_id
+    RETURNING docs.i
 ), fence AS (
-    SELECT NOT (d ? 'guarded_step') OR EXISTS (SELECT 1 FROM guarded) AS ok FROM doc
+    SELECT docs.i, docs.d FROM docs
+    WHERE NOT (docs.d ? 'guarded_step') OR docs.i IN (SELECT guarded.i FROM guarded)
 ), new_order AS (
     INSERT INTO orders (
         order_id, customer_id, items, total_minor, currency, process_version, state,
@@ -65,8 +91,8 @@ WITH doc AS (
         r.state, r.created_at, r.updated_at, r.event_seq, r.state_reason, r.reservation_id,
         r.reservation_status, r.reserved_at, r.reservation_expires_at, r.reservation_expired,
         r.payment_status, r.payment_reference
-    FROM doc, jsonb_populate_record(NULL::orders, doc.d -> 'new_order') AS r
-    WHERE doc.d ? 'new_order'
+    FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'new_order') AS r
+    WHERE fence.d ? 'new_order'
 ), changed_order AS (
     UPDATE orders AS o SET
         customer_id = r.customer_id, items = r.items, total_minor = r.total_minor,
@@ -77,8 +103,8 @@ WITH doc AS (
         reservation_expires_at = r.reservation_expires_at,
         reservation_expired = r.reservation_expired, payment_status = r.payment_status,
         payment_reference = r.payment_reference
-    FROM doc, fence, jsonb_populate_record(NULL::orders, doc.d -> 'order') AS r
-    WHERE doc.d ? 'order' AND fence.ok AND o.order_id = r.order_id
+    FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'order') AS r
+    WHERE fence.d ? 'order' AND o.order_id = r.order_id
 ), steps AS (
     INSERT INTO workflow_steps (
         step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
@@ -89,8 +115,7 @@ WITH doc AS (
         r.step_id, r.order_id, r.kind, r.seq, r.status, r.idempotency_key, r.created_at,
         r.attempt, r.max_attempts, r.armed_attempt, r.next_attempt_at, r.lease_owner,
         r.lease_expires_at, r.last_error, r.result, r.refund_id
-    FROM doc, fence, jsonb_populate_recordset(NULL::workflow_steps, doc.d -> 'steps') AS r
-    WHERE fence.ok
+    FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
     ON CONFLICT (step_id) DO UPDATE SET
         status = EXCLUDED.status, attempt = EXCLUDED.attempt,
         max_attempts = EXCLUDED.max_attempts, armed_attempt = EXCLUDED.armed_attempt,
@@ -100,8 +125,7 @@ WITH doc AS (
 ), attempts AS (
     INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
     SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
-    FROM doc, fence, jsonb_populate_recordset(NULL::step_attempts, doc.d -> 'attempts') AS r
-    WHERE fence.ok
+    FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'attempts') AS r
     ON CONFLICT (step_id, attempt) DO UPDATE SET
         started_at = EXCLUDED.started_at, worker = EXCLUDED.worker,
         finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
@@ -113,8 +137,7 @@ WITH doc AS (
     SELECT
         r.refund_id, r.order_id, r.amount_minor, r.reason, r.status, r.requested_by,
         r.created_at, r.updated_at, r.step_id, r.refund_reference, r.last_error
-    FROM doc, fence, jsonb_populate_recordset(NULL::refunds, doc.d -> 'refunds') AS r
-    WHERE fence.ok
+    FROM fence, jsonb_populate_recordset(NULL::refunds, fence.d -> 'refunds') AS r
     ON CONFLICT (refund_id) DO UPDATE SET
         amount_minor = EXCLUDED.amount_minor, reason = EXCLUDED.reason,
         status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
@@ -122,37 +145,35 @@ WITH doc AS (
 ), history AS (
     INSERT INTO order_history (order_id, seq, from_state, to_state, at, actor, reason)
     SELECT r.order_id, r.seq, r.from_state, r.to_state, r.at, r.actor, r.reason
-    FROM doc, fence,
-        jsonb_populate_recordset(NULL::order_history, doc.d -> 'history') WITH ORDINALITY AS r
-    WHERE fence.ok
-    ORDER BY r.ordinality
+    FROM fence,
+        jsonb_populate_recordset(NULL::order_history, fence.d -> 'history') WITH ORDINALITY AS r
+    ORDER BY fence.i, r.ordinality
 ), events AS (
     INSERT INTO outbox (event_id, order_id, type, payload, created_at)
     SELECT r.event_id, r.order_id, r.type, r.payload, r.created_at
-    FROM doc, fence,
-        jsonb_populate_recordset(NULL::outbox, doc.d -> 'events') WITH ORDINALITY AS r
-    WHERE fence.ok
-    ORDER BY r.ordinality
+    FROM fence,
+        jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
+    ORDER BY fence.i, r.ordinality
     ON CONFLICT (event_id) DO NOTHING
 ), audit AS (
     INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
     SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details
-    FROM doc, fence,
-        jsonb_populate_recordset(NULL::audit_log, doc.d -> 'audit') WITH ORDINALITY AS r
-    WHERE fence.ok
-    ORDER BY r.ordinality
+    FROM fence,
+        jsonb_populate_recordset(NULL::audit_log, fence.d -> 'audit') WITH ORDINALITY AS r
+    ORDER BY fence.i, r.ordinality
 ), processed AS (
     INSERT INTO processed_events (event_id, order_id)
-    SELECT (doc.d ->> 'processed_event_id')::uuid, (doc.d ->> 'order_id')::uuid
-    FROM doc, fence
-    WHERE fence.ok AND doc.d ? 'processed_event_id'
+    SELECT (fence.d ->> 'processed_event_id')::uuid, (fence.d ->> 'order_id')::uuid
+    FROM fence
+    WHERE fence.d ? 'processed_event_id'
 ), idempotency AS (
     INSERT INTO api_idempotency (user_id, scope, key, fingerprint, resource_id, created_at)
     SELECT r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
-    FROM doc, fence, jsonb_populate_record(NULL::api_idempotency, doc.d -> 'idempotency') AS r
-    WHERE fence.ok AND doc.d ? 'idempotency'
+    FROM fence, jsonb_populate_record(NULL::api_idempotency, fence.d -> 'idempotency') AS r
+    WHERE fence.d ? 'idempotency'
 )
-SELECT ok AS applied FROM fence
+SELECT docs.i AS i, EXISTS (SELECT 1 FROM fence WHERE fence.i = docs.i) AS applied
+FROM docs ORDER BY docs.i
 
 -- is_processed_event --
 -- Whether an event was already applied

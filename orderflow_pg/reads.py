@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from orderflow_core.model import Attempt, Order, OrderAggregate, Refund, Step
@@ -21,7 +22,21 @@ async def read_aggregate(conn: Connection, order_id: UUID, *, lock: bool) -> Ord
     found = await cursor.fetchone()
     if found is None or found[0] is None:
         return None
-    order, steps, refunds = found
+    return _aggregate(*found)
+
+
+async def lock_aggregates(
+    conn: Connection, order_ids: Sequence[UUID]
+) -> dict[UUID, OrderAggregate]:
+    """Several orders' aggregates in one statement, locked until commit (in order_id order);
+    an unknown order is not in the result."""
+    cursor = conn.cursor()
+    await cursor.execute(query("lock_aggregates"), {"order_ids": list(order_ids)})
+    found = [_aggregate(*row) for row in await cursor.fetchall()]
+    return {aggregate.order.order_id: aggregate for aggregate in found}
+
+
+def _aggregate(order: rows.Row, steps: list[rows.Row], refunds: list[rows.Row]) -> OrderAggregate:
     return OrderAggregate(
         order=rows.order_from_row(rows.json_row(Order, order)),
         steps=tuple(_step(data) for data in steps),

@@ -70,42 +70,42 @@ def _doc(value: Any, *, without: tuple[str, ...] = ()) -> Params:
 
 
 def order_doc(order: Order) -> Params:
-    """An order in `apply_change`'s document."""
+    """An order in `apply_changes`'s document."""
     return _doc(order)
 
 
 def step_doc(step: Step) -> Params:
-    """A step in `apply_change`'s document (its attempts are entries of their own)."""
+    """A step in `apply_changes`'s document (its attempts are entries of their own)."""
     return _doc(step, without=("attempts",))
 
 
 def attempt_doc(step_id: UUID, attempt: Attempt) -> Params:
-    """An attempt in `apply_change`'s document."""
+    """An attempt in `apply_changes`'s document."""
     return {"step_id": step_id, **_doc(attempt)}
 
 
 def refund_doc(refund: Refund) -> Params:
-    """A refund in `apply_change`'s document."""
+    """A refund in `apply_changes`'s document."""
     return _doc(refund)
 
 
 def history_doc(entry: HistoryEntry) -> Params:
-    """A history entry in `apply_change`'s document."""
+    """A history entry in `apply_changes`'s document."""
     return _doc(entry)
 
 
 def event_doc(event: OutboxEvent) -> Params:
-    """An outbox event in `apply_change`'s document; the store assigns `seq`."""
+    """An outbox event in `apply_changes`'s document; the store assigns `seq`."""
     return _doc(event, without=("seq",))
 
 
 def audit_doc(entry: AuditEntry) -> Params:
-    """An audit entry in `apply_change`'s document."""
+    """An audit entry in `apply_changes`'s document."""
     return _doc(entry)
 
 
 def idempotency_doc(record: ApiIdempotency) -> Params:
-    """An idempotency record in `apply_change`'s document."""
+    """An idempotency record in `apply_changes`'s document."""
     return _doc(record)
 
 

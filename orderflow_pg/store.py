@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -31,17 +33,22 @@ from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
-from orderflow_pg.reads import read_aggregate
+from orderflow_pg.reads import lock_aggregates, read_aggregate
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     GuardLost,
+    apply_documents,
     apply_update,
+    change_doc,
     insert_new_order,
+    rejection_doc,
     was_applied,
     write_rejection,
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("orderflow.store")
 
 
 class PgOrderStore:
@@ -106,38 +113,120 @@ class PgOrderStore:
                 raise fenced
             return value
 
+    async def update_many(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
+        """A group commit: BEGIN, one locking read of every order, the decisions, one
+        `apply_changes` statement carrying every order's document (each fenced by its own
+        guard), COMMIT. Pairs of an order already in the batch go in a second round inside the
+        same transaction (after the first has been written). If the shared transaction fails
+        for anything but an unreachable database, each order is retried alone, once, so one
+        order's bad write does not fail the others."""
+        if not updates:
+            return []
+        try:
+            async with self._db.connection("update_many") as conn, conn.transaction():
+                return await self._update_batch(conn, updates)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            if len(updates) == 1:
+                return [exc]
+            log.warning(
+                "a group commit of %d orders failed (%s: %s); each order is retried alone",
+                len(updates),
+                type(exc).__name__,
+                exc,
+            )
+        results: list[T | Exception] = []
+        for order_id, decide in updates:
+            try:
+                results.append(await self.update(order_id, decide))
+            except StoreUnavailable:
+                raise
+            except Exception as exc:  # this order's own failure
+                results.append(exc)
+        return results
+
     async def start_claimed(
         self,
         claims: Sequence[Claim],
         decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
     ) -> list[T | Exception]:
-        """Every claim's `update` in one transaction: BEGIN, then per claim the locking read
-        and the change, then COMMIT. Orders are locked in `order_id` order, so two batches
-        never wait on each other in a cycle; a single `update` locks only one order."""
-        results: dict[int, T | Exception] = {}
-        order = sorted(range(len(claims)), key=lambda i: (str(claims[i].order_id), i))
-        async with self._db.connection("start_claimed") as conn, conn.transaction():
-            for index in order:
-                results[index] = await self._start_one(conn, claims[index], decide)
-        return [results[i] for i in range(len(claims))]
+        """Every claim's `update` as one group commit (`update_many`)."""
+        return await self.update_many(
+            [(claim.order_id, functools.partial(_for_claim, decide, claim)) for claim in claims]
+        )
 
-    async def _start_one(
+    async def _update_batch(
         self,
         conn: Connection,
-        claim: Claim,
-        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    ) -> T | Exception:
-        aggregate = await read_aggregate(conn, claim.order_id, lock=True)
-        if aggregate is None:
-            return NotFound(f"order {claim.order_id} not found")
-        try:
-            change, value = decide(aggregate, claim)
-        except Exception as exc:  # a bug in one decision must not hold up the others
-            return exc
-        sent = await self._apply_decided(conn, aggregate, change)
-        if sent is not None and (fenced := await _fenced_off(conn, sent, change, claim.order_id)):
-            return fenced
-        return value
+        updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
+    ) -> list[T | Exception]:
+        results: dict[int, T | Exception] = {}
+        remaining = list(range(len(updates)))
+        while remaining:  # rounds in which each order appears once
+            round_: list[int] = []
+            later: list[int] = []
+            seen: set[UUID] = set()
+            for index in remaining:
+                order_id = updates[index][0]
+                (later if order_id in seen else round_).append(index)
+                seen.add(order_id)
+            await self._update_round(conn, [(i, *updates[i]) for i in round_], results)
+            remaining = later
+        return [results[i] for i in range(len(updates))]
+
+    async def _update_round(
+        self,
+        conn: Connection,
+        updates: list[tuple[int, UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
+        results: dict[int, T | Exception],
+    ) -> None:
+        aggregates = await lock_aggregates(conn, [order_id for _, order_id, _ in updates])
+        docs: list[dict[str, Any]] = []
+        fenced: list[tuple[int, Change] | None] = []  # per document: whose change, if guarded
+        for index, order_id, decide in updates:
+            aggregate = aggregates.get(order_id)
+            if aggregate is None:
+                results[index] = NotFound(f"order {order_id} not found")
+                continue
+            try:
+                change, results[index] = decide(aggregate)
+            except Exception as exc:  # a bug in one decision must not hold up the others
+                results[index] = exc
+                continue
+            if change.idempotency is not None or change.processed_event_id is not None:
+                # Not on the executor's path: the single-order way, inside this transaction.
+                try:
+                    sent = await self._apply_decided(conn, aggregate, change)
+                except DuplicateIdempotencyKey as exc:
+                    results[index] = exc
+                    continue
+                if sent is not None and (lost := await _fenced_off(conn, sent, change, order_id)):
+                    results[index] = lost
+                continue
+            if change.guard is not None and not aggregate.holds(change.guard):
+                if (rejection := rejection_doc(change)) is not None:
+                    docs.append(rejection)
+                    fenced.append(None)
+                continue
+            if not change.is_empty:
+                docs.append(change_doc(change, aggregate))
+                fenced.append((index, change))
+        fail = self.fail_after_order_write
+        writes_order = any(f is not None and f[1].order is not None for f in fenced)
+        applied = await apply_documents(conn, docs, fail if writes_order else None)
+        rejections: list[dict[str, Any]] = []
+        for guarded, ok in zip(fenced, applied, strict=True):
+            if guarded is not None and not ok:  # a concurrent writer won after all
+                index, change = guarded
+                results[index] = ConcurrentUpdate(
+                    f"the step of {change.guard} changed under a guarded update"
+                )
+                if (rejection := rejection_doc(change)) is not None:
+                    rejections.append(rejection)
+        await apply_documents(conn, rejections)
 
     async def _apply_decided(
         self, conn: Connection, aggregate: OrderAggregate, change: Change
@@ -269,3 +358,11 @@ async def _fenced_off(
         await write_rejection(conn, change)
         return ConcurrentUpdate(f"order {order_id} changed under a guarded update")
     return None
+
+
+def _for_claim(
+    decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
+    claim: Claim,
+    aggregate: OrderAggregate,
+) -> tuple[Change, T]:
+    return decide(aggregate, claim)

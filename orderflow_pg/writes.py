@@ -1,10 +1,11 @@
 """Applying a decided `Change` inside an open transaction: every part or nothing (rule 4).
 
-A change goes to PostgreSQL as one statement (`apply_change`) carrying one jsonb document:
+A change goes to PostgreSQL as one statement (`apply_changes`) carrying one jsonb document:
 the order, steps, attempts, refunds, history, events, audit, idempotency record and
 processed-event mark, each under its own key. One statement instead of one per row keeps the
 client's work per transition small: psycopg's cost is per statement, and on this path it was
-the largest cost of a step.
+the largest cost of a step. A group commit sends the documents of many orders in the same
+statement, each fenced by its own guard.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def insert_new_order(conn: Connection, change: Change) -> None:
     """Write a new order with everything that comes with it."""
     if change.order is None:
         raise ValueError("create needs an order")
-    await conn.execute(query("apply_change"), {"doc": change_document(change, new=True)})
+    await conn.execute(query("apply_changes"), {"docs": documents([change_doc(change, new=True)])})
 
 
 async def apply_update(
@@ -44,7 +45,7 @@ async def apply_update(
     Ask `was_applied` of the cursor: a change whose guarded step was fenced off wrote nothing.
     """
     cursor = conn.cursor()
-    await cursor.execute(query("apply_change"), {"doc": change_document(change, before)})
+    await cursor.execute(query("apply_changes"), {"docs": documents([change_doc(change, before)])})
     if change.order is not None and fail_after_order_write is not None:
         raise fail_after_order_write
     return cursor
@@ -53,15 +54,35 @@ async def apply_update(
 async def was_applied(cursor: AsyncCursor[Any]) -> None:
     """Raise `GuardLost` if the change `apply_update` sent was fenced off."""
     row = await cursor.fetchone()
-    if row is None or not row[0]:
+    if row is None or not row[1]:
         raise GuardLost("the guarded step no longer runs under the claimed generation")
 
 
-def change_document(
+async def apply_documents(
+    conn: Connection, docs: list[dict[str, Any]], fail: Exception | None = None
+) -> list[bool]:
+    """Send several orders' documents (`change_doc`, no two of one order) in one statement;
+    whether each was applied (False: its guarded step was fenced off, nothing of it written)."""
+    if not docs:
+        return []
+    cursor = conn.cursor()
+    await cursor.execute(query("apply_changes"), {"docs": documents(docs)})
+    if fail is not None:
+        raise fail
+    return [bool(row[1]) for row in await cursor.fetchall()]
+
+
+def documents(docs: list[dict[str, Any]]) -> str:
+    """The jsonb array `apply_changes` reads."""
+    return json.dumps(docs, default=_json_value, separators=(",", ":"))
+
+
+def change_doc(
     change: Change, before: OrderAggregate | None = None, *, new: bool = False
-) -> str:
-    """The jsonb document of `apply_change`; of the attempts only those new or changed since
-    `before`, and the guarded step under its own key, with the generation that must hold."""
+) -> dict[str, Any]:
+    """One change's document for `apply_changes`; of the attempts only those new or changed
+    since `before`, and the guarded step under its own key, with the generation that must
+    hold."""
     doc: dict[str, Any] = {}
     guard = change.guard
     guarded = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
@@ -88,7 +109,7 @@ def change_document(
         order = before.order if before is not None else change.order
         doc["processed_event_id"] = change.processed_event_id
         doc["order_id"] = order.order_id if order is not None else None
-    return json.dumps(doc, default=_json_value, separators=(",", ":"))
+    return doc
 
 
 def _json_value(value: object) -> Any:
@@ -109,6 +130,13 @@ def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]
 
 async def write_rejection(conn: Connection, change: Change) -> None:
     """Record a stale result that was not committed (rule 6), and nothing else."""
-    if change.on_reject is not None:
-        rejection = change_document(Change(audit=(change.on_reject,)))
-        await conn.execute(query("apply_change"), {"doc": rejection})
+    rejection = rejection_doc(change)
+    if rejection is not None:
+        await conn.execute(query("apply_changes"), {"docs": documents([rejection])})
+
+
+def rejection_doc(change: Change) -> dict[str, Any] | None:
+    """The document that records only a change's rejection, if it has one to record."""
+    if change.on_reject is None:
+        return None
+    return change_doc(Change(audit=(change.on_reject,)))

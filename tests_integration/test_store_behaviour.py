@@ -322,3 +322,101 @@ def test_two_claims_of_one_order_in_a_batch_each_see_the_change_before_them(
     assert run(store.start_claimed(claims, note)) == [0, 1]
     notes = sorted(s.last_error or "" for s in run(store.load(order.order_id)).steps)
     assert notes == ["saw 0", "saw 1"]
+
+
+def test_a_group_commit_applies_each_order_under_its_own_fence_and_keeps_failures_apart(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    # `stale`'s step is claimed by A, then taken over by B once A's lease ran out: A's result
+    # for it is fenced off. The other orders are claimed by A afterwards, under live leases.
+    stale = new_order()
+    run(store.create(creation(stale, key=None)))
+    [stale_a] = run(store.claim_due(owner="A", now=T0, limit=5, lease_s=30))
+    run(store.claim_due(owner="B", now=at(31), limit=5, lease_s=30))
+    applied, broken, also_applied = new_order(), new_order(), new_order()
+    for order in (applied, broken, also_applied):
+        run(store.create(creation(order, key=None, due=at(31))))
+    claims = {c.order_id: c for c in run(store.claim_due(owner="A", now=at(32), limit=5,
+                                                         lease_s=30))}
+    assert set(claims) == {applied.order_id, broken.order_id, also_applied.order_id}
+
+    def reserved(order: Any, claim: Claim) -> Any:
+        def decide(aggregate: OrderAggregate) -> tuple[Change, str]:
+            change = reserved_change(order, aggregate.steps[0], claim, worker="A")
+            return change, f"decided {order.order_id}"
+
+        return decide
+
+    def bug(aggregate: OrderAggregate) -> tuple[Change, str]:
+        raise RuntimeError("a bug in one decision")
+
+    stale_change = reserved_change(stale, run(store.load(stale.order_id)).steps[0], stale_a,
+                                   worker="A")
+    unknown = uuid.uuid4()
+    results = run(
+        store.update_many(
+            [
+                (applied.order_id, reserved(applied, claims[applied.order_id])),
+                (stale.order_id, lambda _: (stale_change, "stale")),
+                (broken.order_id, bug),
+                (unknown, unchanged),
+                (also_applied.order_id, reserved(also_applied, claims[also_applied.order_id])),
+            ]
+        )
+    )
+
+    assert results[0] == f"decided {applied.order_id}"
+    assert results[1] == "stale"  # decide saw the aggregate: it knows its change was rejected
+    assert isinstance(results[2], RuntimeError)
+    assert isinstance(results[3], NotFound)
+    assert results[4] == f"decided {also_applied.order_id}"
+    for order in (applied, also_applied):
+        aggregate = run(store.load(order.order_id))
+        assert aggregate.order.state is OrderState.RESERVED
+        assert [s.kind for s in aggregate.steps] == [StepKind.RESERVE, StepKind.CHARGE]
+        assert [h.to_state for h in run(store.history(order.order_id))][-1] is OrderState.RESERVED
+    stale_now = run(store.load(stale.order_id))
+    assert stale_now.order.state is OrderState.CREATED
+    assert (stale_now.steps[0].attempt, stale_now.steps[0].lease_owner) == (2, "B")
+    assert run(store.audit_entries(stale.order_id))[-1] == stale_change.on_reject
+    assert run(store.load(broken.order_id)).order.state is OrderState.CREATED
+    assert [e.type for e in feed(store, run, after=0, limit=10)].count("OrderReserved") == 2
+
+
+def test_a_group_commit_applies_changes_of_one_order_in_turn(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+
+    def bump(aggregate: OrderAggregate) -> tuple[Change, int]:
+        seq = aggregate.order.event_seq
+        return Change(order=attrs.evolve(aggregate.order, event_seq=seq + 1)), seq
+
+    assert run(store.update_many([(order.order_id, bump)] * 3)) == [0, 1, 2]
+    assert run(store.load(order.order_id)).order.event_seq == 3
+
+
+@pytest.mark.postgres
+def test_an_order_whose_write_breaks_the_shared_statement_fails_alone(
+    pg_store: Any, run: Run[Any]
+) -> None:
+    good, bad = new_order(), new_order()
+    for order in (good, bad):
+        run(pg_store.create(creation(order, key=None)))
+
+    def moved(order: Any, **fields: Any) -> Any:
+        return lambda aggregate: (Change(order=attrs.evolve(aggregate.order, **fields)), "ok")
+
+    results = run(
+        pg_store.update_many(
+            [
+                (good.order_id, moved(good, state=OrderState.CANCELLED)),
+                (bad.order_id, moved(bad, total_minor=-1)),  # violates a CHECK constraint
+            ]
+        )
+    )
+    assert results[0] == "ok"
+    assert isinstance(results[1], Exception)
+    assert run(pg_store.load(good.order_id)).order.state is OrderState.CANCELLED
+    assert run(pg_store.load(bad.order_id)).order.total_minor == bad.total_minor

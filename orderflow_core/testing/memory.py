@@ -77,22 +77,29 @@ class InMemoryOrderStore:
                 self._apply(aggregate, change)
             return value
 
+    async def update_many(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
+        """Each `update` in turn; an order's exception is its own, as if each had its own
+        transaction (which is what a batch guarantees for each order)."""
+        results: list[T | Exception] = []
+        for order_id, decide in updates:
+            try:
+                results.append(await self.update(order_id, decide))
+            except StoreUnavailable:
+                raise
+            except Exception as exc:  # this order's alone
+                results.append(exc)
+        return results
+
     async def start_claimed(
         self,
         claims: Sequence[Claim],
         decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
     ) -> list[T | Exception]:
-        results: list[T | Exception] = []
-        for claim in claims:
-            try:
-                results.append(
-                    await self.update(claim.order_id, functools.partial(_for, decide, claim))
-                )
-            except StoreUnavailable:
-                raise
-            except Exception as exc:  # this claim's alone, as in one transaction per claim
-                results.append(exc)
-        return results
+        return await self.update_many(
+            [(claim.order_id, functools.partial(_for, decide, claim)) for claim in claims]
+        )
 
     def _apply(self, aggregate: OrderAggregate, change: Change) -> None:
         order_id = aggregate.order.order_id

@@ -1,0 +1,106 @@
+"""Group commit: many orders' changes in one store call, with the natural batching of a single
+writer.
+
+Each caller hands in one order's `update` (order id and decision) and waits for its own value.
+One writer task sends what is queued to `OrderStore.update_many`: when the writer is idle, a
+change goes out at once (no sleep, so latency at low load does not grow); what queues up while
+a commit runs goes together in the next one. A caller's value arrives only after the store call
+that carried its change returned, so what it decided is durable before the caller goes on
+(an executor makes its next external call only then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+from uuid import UUID
+
+from orderflow_core.errors import StoreUnavailable
+from orderflow_core.model import Change, OrderAggregate
+from orderflow_core.ports import OrderStore
+
+T = TypeVar("T")
+
+log = logging.getLogger("orderflow.commits")
+
+Decide = Callable[[OrderAggregate], tuple[Change, Any]]
+
+
+class CommitQueue:
+    """The single writer of one executor: `update` as the port has it, grouped."""
+
+    def __init__(self, store: OrderStore, *, max_batch: int = 64) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._queued: list[tuple[UUID, Decide, asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self.batches = 0  # store calls made, for tests and measurements
+        self.largest_batch = 0
+
+    async def update(
+        self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
+    ) -> T:
+        """`OrderStore.update`, committed together with whatever else is queued."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queued.append((order_id, decide, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        return await future
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far is committed (or failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def cancel(self) -> None:
+        """Stop the writer; callers still waiting get `CancelledError`."""
+        if self._writer is not None:
+            self._writer.cancel()
+
+    async def _write(self) -> None:
+        try:
+            while self._queued:
+                batch = self._queued[: self._max_batch]
+                del self._queued[: self._max_batch]
+                await self._commit(batch)
+        finally:  # cancelled: nobody commits for the callers still queued
+            for _, _, future in self._queued:
+                future.cancel()
+            self._queued.clear()
+
+    async def _commit(self, batch: list[tuple[UUID, Decide, asyncio.Future[Any]]]) -> None:
+        self.batches += 1
+        self.largest_batch = max(self.largest_batch, len(batch))
+        try:
+            results = await self._store.update_many([(o, d) for o, d, _ in batch])
+        except asyncio.CancelledError:
+            for _, _, future in batch:
+                future.cancel()
+            raise
+        except StoreUnavailable as exc:
+            for _, _, future in batch:
+                _settle(future, exception=StoreUnavailable(str(exc)))
+            return
+        except Exception as exc:  # a store bug: each caller sees it, the writer goes on
+            log.exception("a group commit of %d orders failed", len(batch))
+            for _, _, future in batch:
+                _settle(future, exception=exc)
+            return
+        for (_, _, future), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                _settle(future, exception=result)
+            else:
+                _settle(future, value=result)
+
+
+def _settle(
+    future: asyncio.Future[Any], *, value: Any = None, exception: Exception | None = None
+) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(value)
