@@ -159,23 +159,25 @@ class Draft:
                 )
                 self.note("step.cancelled", kind.value, step.step_id, reason=reason)
 
+    def rejection(self, claim: Claim, why: str) -> AuditEntry:
+        """The audit entry of a result of `claim` that is not stored, and why."""
+        return AuditEntry(
+            self.order.order_id,
+            self.now,
+            claim.owner,
+            "step.result_rejected",
+            why,
+            claim.step_id,
+            {"attempt": claim.attempt},
+        )
+
     def change(
         self,
         *,
         claim: Claim | None = None,
         idempotency: ApiIdempotency | None = None,
     ) -> Change:
-        on_reject = None
-        if claim is not None:
-            on_reject = AuditEntry(
-                self.order.order_id,
-                self.now,
-                claim.owner,
-                "step.result_rejected",
-                "stale_generation",
-                claim.step_id,
-                {"attempt": claim.attempt},
-            )
+        on_reject = self.rejection(claim, "stale_generation") if claim is not None else None
         return Change(
             order=self.order if self._order_changed else None,
             steps=tuple(self._changed_steps.values()),

@@ -84,6 +84,10 @@ def decide_result(
     """
     d = Draft(aggregate, ctx)
     if not guard_holds(aggregate, claim, ctx):
+        if aggregate.holds(claim.guard):
+            # The lease ran out but nobody took the step over yet: the store would apply this
+            # change, so the rejection is written as its only part (under the same guard).
+            d.audit.append(d.rejection(claim, "lease_expired"))
         return d.change(claim=claim), None
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
     HANDLERS[claim.kind](d, step, outcome)
