@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).absolute().parent.parent  # not resolved: an A/B checkout may link bench in
 LOGS = REPO / "bench" / "results" / "logs"
 STOP_GRACE_S = 15.0
 

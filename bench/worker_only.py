@@ -3,7 +3,9 @@
 N orders are created first (through `OrderService`, not timed), then one in-process executor
 (concurrency 20, chaining on, the real HTTP clients) runs them to `shipped` against the
 simulated services in a subprocess. Reported: orders/s, the executor process's CPU and
-PostgreSQL's CPU per order, and transactions per order (the watcher's polls taken out). No API
+PostgreSQL's CPU per order, transactions per order (the watcher's polls taken out), the
+statements the executor sent per order (BEGIN/COMMIT not counted), this database's WAL bytes
+and rows written per order (`bench/walstats.py`). No API
 and no load generator compete for the cores, so changes to the store and the executor show up
 with less noise than in the end-to-end bench; run it twice, or against an older checkout
 (`PYTHONPATH=<checkout>`), in the same minute to compare.
@@ -21,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from bench import cpu, launch, pgadmin
+from bench import cpu, launch, pgadmin, walstats
 from bench.run import DEFAULT_URL
 from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
@@ -51,8 +53,34 @@ async def _shipped(conn: psycopg.AsyncConnection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, float]:
-    url = pgadmin.create_database(server_url, DATABASE)
+class StatementCounter:
+    """Counts the statements this process sends through psycopg's async cursors."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._originals: list[tuple[str, Any]] = []
+
+    def __enter__(self) -> StatementCounter:
+        for name in ("execute", "executemany"):
+            original = getattr(psycopg.AsyncCursor, name)
+            self._originals.append((name, original))
+
+            def counted(cursor: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+                self.count += 1
+                return _original(cursor, *args, **kw)
+
+            setattr(psycopg.AsyncCursor, name, counted)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, original in self._originals:
+            setattr(psycopg.AsyncCursor, name, original)
+
+
+async def measure(
+    server_url: str, orders: int, concurrency: int, database: str = DATABASE
+) -> dict[str, Any]:
+    url = pgadmin.create_database(server_url, database)
     await migrate(url)
     port = launch.free_port()
     code = f"from orderflow_mocks import run_mocks; run_mocks(port={port})"
@@ -76,31 +104,43 @@ async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, f
                     worker_id="bench-worker",
                     timing=Timing(max_concurrent=concurrency, chain_steps=True),
                 )
-                xacts0 = pgadmin.xact_commit(server_url, DATABASE)
+                walstats.checkpoint(server_url)
+                stats0 = walstats.snapshot(server_url, database)
                 pg0 = cpu.postgres_cpu_s(postgres.postmaster) if postgres.postmaster else 0.0
                 cpu0, began = cpu.self_cpu_s(), time.monotonic()
-                running = asyncio.create_task(executor.run())
-                polls = 1
-                watcher = await psycopg.AsyncConnection.connect(url, autocommit=True)
-                while await _shipped(watcher) < orders:
-                    await asyncio.sleep(POLL_S)  # the bench's own watcher, not a test wait
-                    polls += 1
-                elapsed = time.monotonic() - began
-                await watcher.close()
-                worker_s = cpu.self_cpu_s() - cpu0
-                pg_s = cpu.postgres_cpu_s(postgres.postmaster) - pg0 if postgres.postmaster else 0.0
-                await executor.stop()
-                await running
-        xacts = pgadmin.xact_commit(server_url, DATABASE) - xacts0 - polls
+                with StatementCounter() as statements:
+                    running = asyncio.create_task(executor.run())
+                    polls = 1
+                    watcher = await psycopg.AsyncConnection.connect(url, autocommit=True)
+                    while await _shipped(watcher) < orders:
+                        await asyncio.sleep(POLL_S)  # the bench's own watcher, not a test wait
+                        polls += 1
+                    elapsed = time.monotonic() - began
+                    await watcher.close()
+                    worker_s = cpu.self_cpu_s() - cpu0
+                    pg_s = (
+                        cpu.postgres_cpu_s(postgres.postmaster) - pg0
+                        if postgres.postmaster
+                        else 0.0
+                    )
+                    await executor.stop()
+                    await running
+                sent = statements.count - polls
+        stats1 = walstats.snapshot(server_url, database)
+        xacts = stats1["xacts"] - stats0["xacts"] - polls
+        written = walstats.per_order(stats0, stats1, orders)
     finally:
         mocks.terminate()
         mocks.wait(timeout=10)
-        pgadmin.drop_database(server_url, DATABASE)
+        pgadmin.drop_database(server_url, database)
     return {
         "orders_per_s": round(orders / elapsed, 1),
         "worker_cpu_ms_per_order": round(1000 * worker_s / orders, 2),
         "postgres_cpu_ms_per_order": round(1000 * pg_s / orders, 2),
         "xacts_per_order": round(xacts / orders, 2),
+        "statements_per_order": round(sent / orders, 2),
+        "commit_batches": getattr(getattr(executor, "commits", None), "batches", None),
+        **written,
     }
 
 
@@ -110,8 +150,9 @@ def main() -> None:
                                                             DEFAULT_URL))
     p.add_argument("--orders", type=int, default=600)
     p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--database", default=DATABASE, help="scratch database (dropped after)")
     args = p.parse_args()
-    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency)))
+    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency, args.database)))
 
 
 if __name__ == "__main__":
