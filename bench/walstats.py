@@ -27,13 +27,32 @@ def _admin(server_url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(server_url, autocommit=True, connect_timeout=10)
 
 
-def checkpoint(server_url: str) -> None:
-    """Start the measured window right after a checkpoint, so every run pays the full-page
+class WalWindow:
+    """Keeps the WAL of a measured window readable until it is read: a temporary physical
+    replication slot (dropped when this session ends) stops checkpoints from recycling the
+    segments meanwhile. The window starts after a CHECKPOINT, so every run pays the full-page
     images of its first touches alike (otherwise WAL per order depends on when the server's
-    last checkpoint happened)."""
-    # Not allowed for this role: the numbers are noisier, not wrong.
-    with _admin(server_url) as conn, contextlib.suppress(psycopg.Error):
-        conn.execute("CHECKPOINT")
+    last checkpoint happened). A role that may do neither gets noisier numbers, not wrong ones.
+    """
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> WalWindow:
+        self._conn = _admin(self.server_url)
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute(
+                "SELECT pg_create_physical_replication_slot("
+                "'orderflow_bench_' || pg_backend_pid(), true, true)"
+            )
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute("CHECKPOINT")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
 
 def snapshot(server_url: str, name: str) -> dict[str, Any]:
@@ -112,3 +131,25 @@ def per_order(before: dict[str, Any], after: dict[str, Any], orders: int) -> dic
         "server_wal_bytes_per_order": round((_lsn(after["lsn"]) - _lsn(before["lsn"])) / orders),
         "rows_written_per_order": round((after["rows"] - before["rows"]) / orders, 1),
     }
+
+
+def hot_updates(url: str) -> dict[str, Any]:
+    """Per table of the database at `url`: updates, and the share that were HOT (no index
+    entries written)."""
+    with _admin(url) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        found = conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE relname IN ('orders', 'workflow_steps')"
+        ).fetchall()
+    return {name: (updates, hot) for name, updates, hot in found}
+
+
+def hot_share(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The share of each table's updates in the window that were HOT."""
+    shares: dict[str, Any] = {}
+    for name, (updates, hot) in after.items():
+        updates0, hot0 = before.get(name, (0, 0))
+        done = updates - updates0
+        shares[f"{name}_hot_update_share"] = round((hot - hot0) / done, 2) if done else None
+    return shares

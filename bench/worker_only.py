@@ -104,8 +104,9 @@ async def measure(
                     worker_id="bench-worker",
                     timing=Timing(max_concurrent=concurrency, chain_steps=True),
                 )
-                walstats.checkpoint(server_url)
+                window = walstats.WalWindow(server_url).__enter__()
                 stats0 = walstats.snapshot(server_url, database)
+                hot0 = walstats.hot_updates(url)
                 pg0 = cpu.postgres_cpu_s(postgres.postmaster) if postgres.postmaster else 0.0
                 cpu0, began = cpu.self_cpu_s(), time.monotonic()
                 with StatementCounter() as statements:
@@ -127,8 +128,11 @@ async def measure(
                     await running
                 sent = statements.count - polls
         stats1 = walstats.snapshot(server_url, database)
+        pgadmin.wait_no_sessions(server_url, database)
+        hot = walstats.hot_share(hot0, walstats.hot_updates(url))
         xacts = stats1["xacts"] - stats0["xacts"] - polls
         written = walstats.per_order(stats0, stats1, orders)
+        window.__exit__()
     finally:
         mocks.terminate()
         mocks.wait(timeout=10)
@@ -141,6 +145,7 @@ async def measure(
         "statements_per_order": round(sent / orders, 2),
         "commit_batches": getattr(getattr(executor, "commits", None), "batches", None),
         **written,
+        **hot,
     }
 
 

@@ -171,8 +171,15 @@ WITH docs AS (
     SELECT r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
     FROM fence, jsonb_populate_record(NULL::api_idempotency, fence.d -> 'idempotency') AS r
     WHERE fence.d ? 'idempotency'
+), announce AS (
+    -- Wake idle executors (LISTEN orderflow_steps) once if a written document made a step due
+    -- now (`announce`, set by writes.py); steps due later are found by the poll.
+    SELECT pg_notify('orderflow_steps', '') FROM fence WHERE fence.d ? 'announce' LIMIT 1
 )
-SELECT docs.i AS i, EXISTS (SELECT 1 FROM fence WHERE fence.i = docs.i) AS applied
+SELECT
+    docs.i AS i,
+    EXISTS (SELECT 1 FROM fence WHERE fence.i = docs.i) AS applied,
+    (SELECT count(*) FROM announce) AS announced
 FROM docs ORDER BY docs.i
 
 -- is_processed_event --

@@ -19,6 +19,7 @@ import attrs
 from psycopg import AsyncCursor
 
 from orderflow_core.model import Change, OrderAggregate
+from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
@@ -105,11 +106,27 @@ def change_doc(
     doc["audit"] = [rows.audit_doc(a) for a in change.audit]
     if change.idempotency is not None:
         doc["idempotency"] = rows.idempotency_doc(change.idempotency)
+    if _makes_a_step_due(change, before):
+        doc["announce"] = True
     if change.processed_event_id is not None:
         order = before.order if before is not None else change.order
         doc["processed_event_id"] = change.processed_event_id
         doc["order_id"] = order.order_id if order is not None else None
     return doc
+
+
+def _makes_a_step_due(change: Change, before: OrderAggregate | None) -> bool:
+    """Whether the change inserts a step due at its own creation time (both instants from the
+    application's clock) or puts a step back to pending: then executors are woken."""
+    for step in change.steps:
+        if step.status is not StepStatus.PENDING or step.next_attempt_at is None:
+            continue
+        old = before.step(step.step_id) if before is not None else None
+        if old is None and step.next_attempt_at <= step.created_at:
+            return True
+        if old is not None and old.status is not StepStatus.PENDING:
+            return True
+    return False
 
 
 def _json_value(value: object) -> Any:

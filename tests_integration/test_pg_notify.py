@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
-from builders import T0, creation, new_order
+from builders import T0, audit, creation, new_order, new_step
 from conftest import Run
 
+from orderflow_core.model import Change, OrderAggregate
+from orderflow_core.states import StepStatus
 from orderflow_pg import PgOrderStore
 
 pytestmark = pytest.mark.postgres
@@ -49,9 +52,39 @@ def test_a_step_due_now_wakes_the_executors_and_a_timer_due_later_does_not(
 
         claims = run(pg_store.claim_due(owner="A", now=later, limit=10, lease_s=30))
         [claim] = [c for c in claims if c.order_id == timer_order.order_id]
-        with psycopg.connect(pg_url, autocommit=True) as conn:  # as an operator's retry does
-            conn.execute(
-                "UPDATE workflow_steps SET status = 'pending' WHERE step_id = %s",
-                (claim.step_id,),
-            )
+
+        def back_to_pending(aggregate: OrderAggregate) -> tuple[Change, None]:
+            step = aggregate.step(claim.step_id)
+            assert step is not None
+            return Change(steps=(attrs.evolve(step, status=StepStatus.PENDING),)), None
+
+        run(pg_store.update(timer_order.order_id, back_to_pending))  # as an operator's retry
         assert _until_marker(pg_url, listener) == ["", MARKER], "back to pending is announced"
+
+
+def test_a_group_commit_of_orders_with_due_steps_sends_one_wake_up(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    orders = [new_order() for _ in range(3)]
+    for order in orders:
+        run(pg_store.create(creation(order, key=None, due=T0 + timedelta(minutes=15))))
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+
+        def due_now(aggregate: OrderAggregate) -> tuple[Change, None]:
+            [step] = aggregate.steps
+            return Change(
+                steps=(
+                    attrs.evolve(step, status=StepStatus.CANCELLED),
+                    new_step(aggregate.order, seq=2),
+                )
+            ), None
+
+        run(pg_store.update_many([(o.order_id, due_now) for o in orders]))
+        assert _until_marker(pg_url, listener) == ["", MARKER], "one wake-up for the batch"
+
+        def nothing_due(aggregate: OrderAggregate) -> tuple[Change, None]:
+            return Change(audit=(audit(aggregate.order, "noted"),)), None
+
+        run(pg_store.update_many([(o.order_id, nothing_due) for o in orders]))
+        assert _until_marker(pg_url, listener) == [MARKER], "nothing due, nobody woken"
