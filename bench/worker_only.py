@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -156,8 +158,18 @@ def main() -> None:
     p.add_argument("--orders", type=int, default=600)
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--database", default=DATABASE, help="scratch database (dropped after)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="event loop, as ORDERFLOW_EVENT_LOOP (a checkout without the choice "
+                   "runs asyncio's)")
     args = p.parse_args()
-    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency, args.database)))
+    coro = measure(args.database_url, args.orders, args.concurrency, args.database)
+    if importlib.util.find_spec("orderflow.eventloop") is None:
+        result, loop = asyncio.run(coro), "asyncio"
+    else:
+        eventloop = importlib.import_module("orderflow.eventloop")
+        result = eventloop.run(coro, args.loop)
+        loop = args.loop if eventloop.loop_factory(args.loop) else "asyncio"
+    print({**result, "loop": loop})
 
 
 if __name__ == "__main__":

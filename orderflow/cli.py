@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orderflow import runtime
+from orderflow import eventloop, runtime
 from orderflow.config import ConfigError, Settings, load_settings
 from orderflow.seed import seed_users
 from orderflow_mocks import run_mocks
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": seed_only,
     }
     try:
-        asyncio.run(runners[args.command](settings))
+        eventloop.run(runners[args.command](settings), settings.event_loop)
     except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1

@@ -44,6 +44,7 @@ class Settings:
     bulkhead_policy: str
     token_cache_s: float
     timing: Timing
+    event_loop: str = "uvloop"
 
     @property
     def external_services(self) -> bool:
@@ -164,7 +165,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         bulkhead_policy=_get(env, "ORDERFLOW_BULKHEAD_POLICY", _policy, "queue"),
         token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
+        event_loop=_get(env, "ORDERFLOW_EVENT_LOOP", _event_loop, "uvloop"),
     )
+
+
+def _event_loop(raw: str) -> str:
+    if raw not in ("uvloop", "asyncio"):
+        raise ValueError("must be uvloop or asyncio")
+    return raw
 
 
 def _timing(env: Mapping[str, str]) -> Timing:

@@ -9,7 +9,6 @@ outcome once it may have reached the service (timeout, connection dropped after 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from typing import Any, Self
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 from yarl import URL
 
 from orderflow_core.classify import classify
@@ -66,10 +66,15 @@ async def _on_headers_sent(
         progress.sent = True
 
 
+def _json_text(body: object) -> str:
+    """Request bodies with orjson (aiohttp's default is the standard library's json)."""
+    return orjson.dumps(body).decode()
+
+
 def _decode(raw: bytes) -> object:
     try:
-        return json.loads(raw)
-    except ValueError:
+        return orjson.loads(raw)
+    except ValueError:  # orjson.JSONDecodeError is one
         return None
 
 
@@ -130,6 +135,7 @@ class HttpService:
                 connector=aiohttp.TCPConnector(limit=self.connection_limit),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                 trace_configs=[trace],
+                json_serialize=_json_text,
             )
         return self._session
 

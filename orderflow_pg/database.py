@@ -6,8 +6,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from orderflow_core.errors import StoreUnavailable
@@ -46,6 +48,7 @@ class Database:
             open=False,
             timeout=statement_timeout_s,  # how long a caller may wait for a free connection
             kwargs={"autocommit": True, "options": options},
+            configure=_configure,
             name="orderflow",
         )
         try:
@@ -63,3 +66,9 @@ class Database:
         """A pooled connection for one operation, under its deadline and the error edge."""
         async with database_edge(operation, self.deadline_s), self.pool.connection() as conn:
             yield conn
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    """Every pooled connection parses json/jsonb with orjson (the aggregates the executor reads
+    arrive as jsonb; orjson parses them several times faster than the standard library)."""
+    set_json_loads(orjson.loads, conn)

@@ -10,12 +10,12 @@ statement, each fenced by its own guard.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import attrs
+import orjson
 from psycopg import AsyncCursor
 
 from orderflow_core.model import Change, OrderAggregate
@@ -74,8 +74,9 @@ async def apply_documents(
 
 
 def documents(docs: list[dict[str, Any]]) -> str:
-    """The jsonb array `apply_changes` reads."""
-    return json.dumps(docs, default=_json_value, separators=(",", ":"))
+    """The jsonb array `apply_changes` reads (orjson: ids, instants and enums natively, the
+    attrs values through `_json_value`; several times faster than the standard library)."""
+    return orjson.dumps(docs, default=_json_value).decode()
 
 
 def change_doc(
