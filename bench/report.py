@@ -77,6 +77,10 @@ def _ms(d: dict[str, Any] | None, *keys: str) -> str:
     return " / ".join("–" if d.get(k) is None else f"{d[k]:g}" for k in keys)
 
 
+def _kb(value: float | None) -> str:
+    return "–" if value is None else f"{value / 1000:.1f}"
+
+
 def _rss(rss: dict[str, float]) -> str:
     workers = [v for k, v in rss.items() if k.startswith("worker")]
     return f"{rss.get('api', 0):g} / {max(workers, default=0):g} / {rss.get('mocks', 0):g}"
@@ -94,15 +98,18 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['wall_time_s']} s.", "",
         f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
         "| mocks ms | workers × conc. | orders/s | steps/s (per worker) | xacts/order | "
+        "WAL KB/order | rows written/order | "
         "POST p50 / p95 / p99 ms | created→shipped p50 / p95 / p99 ms | peak RSS MiB api / "
         "worker / mocks | ceiling ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["runs"]:
         lines.append(  # noqa: PERF401  (one table row per run reads better as a loop)
             f"| {r['mocks_latency_ms']} | {r['workers']} × {r['concurrency_per_worker']} | "
             f"**{r['orders_per_s']}** | {r['steps_per_s']} ({r['steps_per_s_per_worker']}) | "
-            f"{r['xacts_per_order']} | {_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "
+            f"{r['xacts_per_order']} | {_kb(r.get('wal_bytes_per_order'))} | "
+            f"{r.get('rows_written_per_order', '–')} | "
+            f"{_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "
             f"{_ms(r['created_to_shipped_ms'], 'p50', 'p95', 'p99')} | {_rss(r['peak_rss_mib'])} "
             f"| {r.get('ceiling_ratio')} |")
     lines += _cpu_lines(results)

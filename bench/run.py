@@ -9,6 +9,7 @@ import secrets
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -42,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="server where the bench may create and drop databases")
     p.add_argument("--orders", type=int, default=5000, help="orders per closed-loop run")
     p.add_argument("--latencies", type=_ints, default=[0, 20], help="mocks latency, ms (list)")
-    p.add_argument("--workers", type=_ints, default=[1, 2], help="worker processes (list)")
+    p.add_argument("--workers", type=_ints, default=[1, 2, 4], help="worker processes (list)")
     p.add_argument("--concurrency", type=int, default=20, help="steps in flight per worker")
     p.add_argument("--clients", type=int, default=16, help="customers posting in closed loop")
     p.add_argument("--sweep", type=_floats, default=[0.25, 0.5, 0.75, 1.0, 1.25],
@@ -64,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--launcher", choices=["auto", "cli", "fallback"], default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     p.add_argument("--quick", action="store_true", help="a short smoke run (~2 minutes)")
+    p.add_argument("--db-prefix", default=PREFIX,
+                   help="name prefix of the bench's databases (leftovers with it are dropped "
+                   "at start: give each concurrent bench on one server its own)")
+    p.add_argument("--results", type=Path, default=RESULTS,
+                   help="where latest.{json,md,png} are written")
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         p.set_defaults(**QUICK)  # defaults only: options given explicitly still win
     args = p.parse_args(argv)
@@ -79,8 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _setup(args: argparse.Namespace, launcher: str) -> scenario.Setup:
     return scenario.Setup(
-        launcher=launcher, server_url=args.database_url, template=f"{PREFIX}template",
-        db_prefix=PREFIX, customer_token=secrets.token_urlsafe(24),
+        launcher=launcher, server_url=args.database_url, template=f"{args.db_prefix}template",
+        db_prefix=args.db_prefix, customer_token=secrets.token_urlsafe(24),
         operator_token=secrets.token_urlsafe(24), concurrency=args.concurrency,
         clients=args.clients, timeout_s=args.timeout,
     )
@@ -212,7 +218,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     launcher = launch.choose_launcher(args.launcher)
     setup = _setup(args, launcher)
-    left = pgadmin.drop_leftovers(args.database_url, PREFIX)
+    left = pgadmin.drop_leftovers(args.database_url, args.db_prefix)
     if left:
         print(f"dropped databases an interrupted run left: {', '.join(left)}")
     facts = machine.facts(args.database_url)
@@ -220,7 +226,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
           f"PostgreSQL {facts['postgresql']['server_version']}", flush=True)
     results: dict[str, Any] = {"machine": facts, "launcher": launcher, "options": vars(args)}
     print(f"ceiling: pgbench -N, 8 clients, {args.ceiling_seconds:g} s", flush=True)
-    results["ceiling"] = ceiling.measure(args.database_url, f"{PREFIX}ceiling",
+    results["ceiling"] = ceiling.measure(args.database_url, f"{args.db_prefix}ceiling",
                                          seconds=args.ceiling_seconds, scale=args.pgbench_scale)
     print(f"  {results['ceiling']['tps']} TPS", flush=True)
     _prepare_template(setup)
@@ -244,5 +250,5 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args(argv)
     results = asyncio.run(main_async(args))
-    paths = report.write(results, RESULTS)
+    paths = report.write(results, args.results)
     print(f"done in {results['wall_time_s']} s: " + ", ".join(str(p) for p in paths))

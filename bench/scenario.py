@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from bench import cpu, launch, load, pgadmin, profiling, soak
+from bench import cpu, launch, load, pgadmin, profiling, soak, walstats
 from bench.stats import latency_ms
 
 SETTLE_S = 2.0
@@ -148,33 +148,42 @@ async def run(
     dbname = f"{setup.db_prefix}{name}"
     db_url = pgadmin.create_database(setup.server_url, dbname, template=setup.template)
     pg = cpu.locate_postgres(setup.server_url)
+    window = walstats.WalWindow(setup.server_url)
     try:
-        with _started(setup, name, db_url, latency, workers) as nodes:
-            await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
-            await launch.wait_for_port(nodes.api, nodes.api_port)
-            await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
-            # The CPU window starts here, once start-up (imports, pools) is over.
-            cpu_start = cpu.read(nodes.by_role(name), pg)
-            spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
-            samples: list[soak.Sample] | None = None
-            if rss_every_s:
-                posted, seen, samples = await _drive_sampled(
-                    setup, nodes, db_url, load_spec, nodes.by_role(name), rss_every_s)
-            else:
-                posted, seen = await _drive(setup, nodes, db_url, load_spec)
-            profile = profiling.finish(spy) if spy else None
-            rss = {role: n.peak_rss_mib() for role, n in nodes.by_role(name).items()}
-            cpu_end = cpu.read(nodes.by_role(name), pg)
-            for node in nodes.all():
-                node.check_alive()
-        pgadmin.wait_no_sessions(setup.server_url, dbname)
-        commits = pgadmin.xact_commit(setup.server_url, dbname) - seen.polls
+        with window:
+            with _started(setup, name, db_url, latency, workers) as nodes:
+                await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
+                await launch.wait_for_port(nodes.api, nodes.api_port)
+                await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
+                # The CPU (and WAL) window starts here, once start-up (imports, pools) is over.
+                window.open()
+                wal_start = walstats.snapshot(setup.server_url, dbname)
+                cpu_start = cpu.read(nodes.by_role(name), pg)
+                spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
+                samples: list[soak.Sample] | None = None
+                if rss_every_s:
+                    posted, seen, samples = await _drive_sampled(
+                        setup, nodes, db_url, load_spec, nodes.by_role(name), rss_every_s)
+                else:
+                    posted, seen = await _drive(setup, nodes, db_url, load_spec)
+                profile = profiling.finish(spy) if spy else None
+                rss = {role: n.peak_rss_mib() for role, n in nodes.by_role(name).items()}
+                cpu_end = cpu.read(nodes.by_role(name), pg)
+                for node in nodes.all():
+                    node.check_alive()
+            pgadmin.wait_no_sessions(setup.server_url, dbname)
+            wal_end = walstats.snapshot(setup.server_url, dbname)
+            wal_bytes = walstats.database_wal_bytes(wal_start, wal_end)  # while still kept
+        commits = wal_end["xacts"] - seen.polls
         outcome = await load.outcome_counts(db_url)
     finally:
         pgadmin.drop_database(setup.server_url, dbname)
     figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
                        profile)
     figures.update(cpu.figures(cpu_start, cpu_end, figures["orders_accepted"], pg))
+    if figures["orders_accepted"]:
+        figures.update(
+            walstats.per_order(wal_start, wal_end, figures["orders_accepted"], wal_bytes))
     if samples is not None:
         figures["rss_samples"] = [attrs.asdict(s) for s in samples]
     return figures

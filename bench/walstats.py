@@ -39,7 +39,10 @@ class WalWindow:
         self.server_url = server_url
         self._conn: psycopg.Connection[Any] | None = None
 
-    def __enter__(self) -> WalWindow:
+    def open(self) -> None:
+        """Reserve the WAL from now on and checkpoint; the window starts after this."""
+        if self._conn is not None:
+            return
         self._conn = _admin(self.server_url)
         with contextlib.suppress(psycopg.Error):
             self._conn.execute(
@@ -48,11 +51,18 @@ class WalWindow:
             )
         with contextlib.suppress(psycopg.Error):
             self._conn.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        """Let the WAL go (the temporary slot ends with its session)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> WalWindow:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        self.close()
 
 
 def snapshot(server_url: str, name: str) -> dict[str, Any]:
@@ -122,10 +132,13 @@ def database_wal_bytes(before: dict[str, Any], after: dict[str, Any]) -> int | N
     return sum(size for size, xid, ours in records if ours or (xid and xid in xids))
 
 
-def per_order(before: dict[str, Any], after: dict[str, Any], orders: int) -> dict[str, Any]:
-    """WAL bytes (this database's, and the server's in the same window), transactions and
-    rows written, each per order."""
-    mine = database_wal_bytes(before, after)
+def per_order(
+    before: dict[str, Any], after: dict[str, Any], orders: int, mine: int | None = None
+) -> dict[str, Any]:
+    """WAL bytes (this database's — `mine` if already read —, and the server's in the same
+    window) and rows written, each per order."""
+    if mine is None:
+        mine = database_wal_bytes(before, after)
     return {
         "wal_bytes_per_order": round(mine / orders) if mine is not None else None,
         "server_wal_bytes_per_order": round((_lsn(after["lsn"]) - _lsn(before["lsn"])) / orders),

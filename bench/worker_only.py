@@ -91,6 +91,7 @@ async def measure(
     )
     base = f"http://127.0.0.1:{port}"
     postgres = cpu.locate_postgres(server_url)
+    window = walstats.WalWindow(server_url)
     try:
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
             await _create(store, orders)
@@ -106,7 +107,7 @@ async def measure(
                     worker_id="bench-worker",
                     timing=Timing(max_concurrent=concurrency, chain_steps=True),
                 )
-                window = walstats.WalWindow(server_url).__enter__()
+                window.open()
                 stats0 = walstats.snapshot(server_url, database)
                 hot0 = walstats.hot_updates(url)
                 pg0 = cpu.postgres_cpu_s(postgres.postmaster) if postgres.postmaster else 0.0
@@ -134,8 +135,8 @@ async def measure(
         hot = walstats.hot_share(hot0, walstats.hot_updates(url))
         xacts = stats1["xacts"] - stats0["xacts"] - polls
         written = walstats.per_order(stats0, stats1, orders)
-        window.__exit__()
     finally:
+        window.close()
         mocks.terminate()
         mocks.wait(timeout=10)
         pgadmin.drop_database(server_url, database)
