@@ -11,12 +11,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"orderflow", "orderflow_core", "orderflow_pg", "orderflow_http", "orderflow_mocks"}
+OURS = {
+    "orderflow", "orderflow_core", "orderflow_pg", "orderflow_http", "orderflow_mocks",
+    "orderflow_testing",
+}
 ALLOWED = {
     "orderflow_core": {"orderflow_core", "attrs"},
     "orderflow_pg": {"orderflow_core", "orderflow_pg"},
     "orderflow_http": {"orderflow_core", "orderflow_http"},
     "orderflow_mocks": {"orderflow_core", "orderflow_mocks"},
+    # The property-testing kit tests the core (and any store an embedder hands it).
+    "orderflow_testing": {"orderflow_core", "orderflow_testing"},
 }
 
 

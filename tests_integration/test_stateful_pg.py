@@ -4,7 +4,8 @@ the store port — with `PgOrderStore` underneath instead of the in-memory store
 
 Each example starts from empty tables (TRUNCATE of this test's own database). The store's pool
 is opened and closed on the world's own event loop, since the world drives it with
-`loop.run_until_complete`. `ORDERFLOW_PG_STATEFUL_EXAMPLES` sets how many examples run.
+`loop.run_until_complete`. `ORDERFLOW_PG_STATEFUL_EXAMPLES` sets how many examples run
+(default 40, 300 under `HYPOTHESIS_PROFILE=long`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from orderflow_pg import PgOrderStore
+from orderflow_testing.recording import RecordingStore
 from tests_core.test_stateful import OrderflowMachine
 from tests_core.world import World
 
 pytestmark = pytest.mark.postgres
 
-EXAMPLES = int(os.environ.get("ORDERFLOW_PG_STATEFUL_EXAMPLES", "40"))
+# The `long` profile's deep run: a few hundred examples here (each starts from empty tables).
+DEFAULT_EXAMPLES = "300" if os.environ.get("HYPOTHESIS_PROFILE") == "long" else "40"
+EXAMPLES = int(os.environ.get("ORDERFLOW_PG_STATEFUL_EXAMPLES", DEFAULT_EXAMPLES))
 TABLES = (
     "orders, workflow_steps, step_attempts, refunds, order_history, outbox, "
     "processed_events, audit_log, api_idempotency"
@@ -55,7 +59,9 @@ class PgOrderflowMachine(OrderflowMachine):
         except BaseException:
             loop.close()
             raise
-        return World(executors=2, checkpoint=self._checkpoint, store=store, loop=loop)
+        return World(
+            executors=2, checkpoint=self._checkpoint, store=RecordingStore(store), loop=loop
+        )
 
     def close_world(self) -> None:
         # The pool first: closing the world cancels every task on the loop, the pool's too.
