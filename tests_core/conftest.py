@@ -35,6 +35,6 @@ settings.register_profile(
 )
 settings.load_profile(
     "mutation"
-    if os.environ.get("MUTANT_UNDER_TEST")
+    if "MUTANT_UNDER_TEST" in os.environ
     else os.environ.get("HYPOTHESIS_PROFILE", "dev")
 )
