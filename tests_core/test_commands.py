@@ -131,3 +131,28 @@ def test_a_role_that_may_not_act_is_forbidden(call: str, principal: object) -> N
             w.run(getattr(w.service, call)(principal, order_id))
     finally:
         w.close()
+
+
+def test_a_reconcile_outside_payment_unknown_is_refused_naming_the_state() -> None:
+    w, order_id = reach("paid")
+    try:
+        with pytest.raises(InvalidTransition) as refused:
+            w.run(w.service.reconcile(OPERATOR, order_id))
+        assert refused.value.current_state == "paid"
+        assert refused.value.requested == "reconcile"
+        assert str(refused.value) == "reconciliation is only possible in payment_unknown"
+    finally:
+        w.close()
+
+
+def test_a_manual_reconcile_is_audited_with_the_role_whether_queued_or_already_queued() -> None:
+    w, order_id = reach("payment_unknown")
+    try:
+        w.run(w.service.reconcile(OPERATOR, order_id))
+        audit = w.run(w.store.audit_entries(order_id))
+        entries = [a for a in audit if a.action == "manual.reconcile"]
+        assert [(a.outcome, a.details) for a in entries] == [
+            ("already_queued", {"role": "operator"})
+        ]
+    finally:
+        w.close()

@@ -532,3 +532,90 @@ def test_a_manual_reconcile_queues_one_status_check_not_two() -> None:
     queued = blocked.with_change(change)
     assert kinds(queued, StepKind.RECONCILE_PAYMENT) == [StepStatus.BLOCKED, StepStatus.PENDING]
     assert [(a.action, a.outcome) for a in change.audit] == [("manual.reconcile", "queued")]
+
+
+# -- what the record says about why --------------------------------------------------------------
+def test_an_expiry_release_and_a_release_refused_by_doubt_say_why() -> None:
+    w, aggregate, _ = charge_in_flight()
+    released = fire_expiry(w, with_first_charge_attempt(aggregate, "transient"))
+    assert released.order.state_reason == "reservation_expired"
+    w, aggregate, _ = charge_in_flight()
+    kept = fire_expiry(w, with_first_charge_attempt(aggregate, "unknown"))
+    assert kept.order.state_reason == "reservation expired with the payment in doubt"
+
+
+def test_a_re_sent_charge_keeps_the_record_of_attempts_that_were_known_to_charge_nothing() -> None:
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    # Attempt 1 failed transiently; attempt 2's outcome is unknown (as the status check began).
+    first = attrs.evolve(charge.attempts[0], attempt=1, outcome="transient")
+    second = attrs.evolve(charge.attempts[0], attempt=2, outcome="unknown")
+    aggregate = replace_step(aggregate, attrs.evolve(charge, attempt=2, attempts=(first, second)))
+    after = result(w, aggregate, check, Refused("not_found"), w.clock.now() + SECOND)
+    resent = after.latest(StepKind.CHARGE)
+    assert resent is not None
+    assert [a.outcome for a in resent.attempts] == ["transient", "not_charged"]
+    assert after.order.state_reason == "reconciliation found no charge: re-send with the same key"
+    status_check = after.latest(StepKind.RECONCILE_PAYMENT)
+    assert status_check is not None
+    assert status_check.result == {"status": "not_found"}
+
+
+def test_no_charge_found_after_the_hold_ran_out_releases_saying_so() -> None:
+    w, aggregate, check = payment_in_doubt()
+    expires = aggregate.order.reservation_expires_at
+    assert expires is not None
+    check = attrs.evolve(check, lease_expires_at=expires + LEASE)
+    step = aggregate.latest(StepKind.RECONCILE_PAYMENT)
+    assert step is not None
+    aggregate = replace_step(aggregate, attrs.evolve(step, lease_expires_at=expires + LEASE))
+    after = result(w, aggregate, check, Refused("not_found"), expires)
+    assert after.order.state_reason == "reservation_expired"
+
+
+def test_a_status_check_while_a_charge_is_in_flight_says_so() -> None:
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    aggregate = replace_step(aggregate, attrs.evolve(charge, status=StepStatus.RUNNING))
+    after = result(w, aggregate, check, Refused("not_found"), w.clock.now() + SECOND)
+    step = after.latest(StepKind.RECONCILE_PAYMENT)
+    assert step is not None
+    assert step.last_error == "a charge attempt is still in flight"
+
+
+def test_an_expiry_timer_never_has_a_result_to_commit() -> None:
+    w, aggregate = reserved()
+    expires = aggregate.order.reservation_expires_at
+    assert expires is not None
+    aggregate, timer = claim(aggregate, StepKind.EXPIRE_RESERVATION, expires)
+    with pytest.raises(AssertionError, match="expire_reservation makes no external call"):
+        saga.decide_result(aggregate, timer, Succeeded({}), ctx(w, expires))
+
+
+def test_a_chained_step_that_decides_to_make_no_call_is_not_handed_to_the_executor() -> None:
+    """With a zero-length hold, the charge chained after the reservation finds the hold run out
+    and releases instead of charging: there is nothing for the executor to go on with."""
+    base = World()
+    try:
+        aggregate = base.load(base.create())
+    finally:
+        base.close()
+    timing = attrs.evolve(base.timing, reservation_ttl_s=0.0)
+    now = base.clock.now()
+    aggregate, reserve = claim(aggregate, StepKind.RESERVE, now)
+    context = Context(now, OWNER, timing)
+    change, _ = saga.decide_start(aggregate, reserve, context)
+    aggregate = aggregate.with_change(change)
+    change, following = saga.decide_result(
+        aggregate,
+        reserve,
+        Succeeded({"reservation_id": "r", "status": "held"}),
+        context,
+        chain=True,
+    )
+    after = aggregate.with_change(change)
+    assert following is None
+    assert after.order.state is S.RELEASING
+    assert kinds(after, StepKind.CHARGE) == [StepStatus.CANCELLED]
