@@ -156,3 +156,31 @@ def test_a_manual_reconcile_is_audited_with_the_role_whether_queued_or_already_q
         ]
     finally:
         w.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "who", "message"),
+    [
+        ("shipped", OPERATOR, "nothing to retry in state 'shipped'"),
+        ("shipping_failed", CUSTOMER, "only an operator may retry shipping"),
+        ("paid", OPERATOR, "the current step is pending, not retryable"),
+    ],
+)
+def test_a_refused_retry_says_why(name: str, who: object, message: str) -> None:
+    w, order_id = reach(name)
+    try:
+        with pytest.raises(NotRetryable) as refused:
+            w.run(w.service.retry(who, order_id))  # type: ignore[arg-type]
+        assert str(refused.value) == message
+    finally:
+        w.close()
+
+
+def test_an_operator_retrying_shipping_is_in_the_history_with_the_reason() -> None:
+    w, order_id = reach("shipping_failed")
+    try:
+        w.run(w.service.retry(OPERATOR, order_id))
+        last = w.run(w.store.history(order_id))[-1]
+        assert (last.to_state, last.reason) == (OrderState.SHIPPING, "operator retries shipping")
+    finally:
+        w.close()

@@ -157,6 +157,7 @@ def test_a_charge_is_never_sent_again_after_an_attempt_that_may_have_charged(
     charge = after.latest(StepKind.CHARGE)
     assert charge is not None
     assert charge.attempts[-1].outcome == "not_sent"
+    assert charge.attempts[-1].error == "decided without calling the provider"
     assert charge.status is StepStatus.FAILED
     assert (charge.last_error or "").startswith("outcome_unknown")
     assert after.order.state is S.PAYMENT_UNKNOWN
@@ -590,7 +591,7 @@ def test_an_expiry_timer_never_has_a_result_to_commit() -> None:
     expires = aggregate.order.reservation_expires_at
     assert expires is not None
     aggregate, timer = claim(aggregate, StepKind.EXPIRE_RESERVATION, expires)
-    with pytest.raises(AssertionError, match="expire_reservation makes no external call"):
+    with pytest.raises(AssertionError, match=r"^expire_reservation makes no external call$"):
         saga.decide_result(aggregate, timer, Succeeded({}), ctx(w, expires))
 
 
