@@ -248,6 +248,7 @@ def test_the_expiry_before_any_charge_was_sent_releases_and_cancels_the_charge()
     w, aggregate = reserved()
     after = fire_expiry(w, aggregate)
     assert after.order.state is S.RELEASING
+    assert after.order.state_reason == "reservation_expired"
     assert after.order.reservation_expired
     assert kinds(after, StepKind.CHARGE) == [StepStatus.CANCELLED]
     assert kinds(after, StepKind.RELEASE_RESERVATION) == [StepStatus.PENDING]
@@ -620,3 +621,29 @@ def test_a_chained_step_that_decides_to_make_no_call_is_not_handed_to_the_execut
     assert following is None
     assert after.order.state is S.RELEASING
     assert kinds(after, StepKind.CHARGE) == [StepStatus.CANCELLED]
+
+
+def test_the_expiry_leaves_its_record_the_state_it_found_and_why() -> None:
+    w, aggregate, _ = charge_in_flight()
+    expires = aggregate.order.reservation_expires_at
+    assert expires is not None
+    aggregate, timer = claim(aggregate, StepKind.EXPIRE_RESERVATION, expires, owner="worker-e")
+    change, _ = saga.decide_start(aggregate, timer, ctx(w, expires))
+    after = aggregate.with_change(change)
+    step = after.step(timer.step_id)
+    assert step is not None
+    assert [(a.outcome, a.error) for a in step.attempts] == [("succeeded", None)]
+    assert step.result == {"state_at_expiry": "paying"}
+    assert [(a.action, a.outcome, a.step_id) for a in change.audit] == [
+        ("reservation.expired", "paying", timer.step_id)
+    ]
+    assert after.order.state_reason == "reservation expired with a charge in flight"
+
+
+def test_the_expiry_in_payment_unknown_says_the_status_checks_stopped_for_a_person() -> None:
+    w, aggregate, leased = charge_in_flight()
+    aggregate = result(w, aggregate, leased, UnknownOutcome("timeout"), w.clock.now() + SECOND)
+    after = fire_expiry(w, aggregate)
+    check = after.latest(StepKind.RECONCILE_PAYMENT)
+    assert check is not None
+    assert check.last_error == "reservation expired: manual reconciliation"
