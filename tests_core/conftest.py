@@ -1,4 +1,13 @@
-"""Hypothesis profiles: `ci` runs the stateful suite with at least 200 examples."""
+"""Hypothesis profiles, chosen by `HYPOTHESIS_PROFILE` (default `dev`):
+
+- `dev` — quick local runs; `ci` — the stateful suite with 200 examples;
+- `long` — the deep run: 20,000 examples of the in-memory stateful machine (the PostgreSQL
+  machine reads the profile name and runs 300); run before resolving any change to the core or
+  a store (README, "Tests");
+- `mutation` — what mutmut runs under (selected by itself whenever `MUTANT_UNDER_TEST` is set):
+  derandomized and with no example database, so every mutant meets the same examples and a
+  saved failing example of one mutant cannot kill another.
+"""
 
 from __future__ import annotations
 
@@ -20,4 +29,12 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.register_profile("long", settings.get_profile("ci"), max_examples=20_000)
+settings.register_profile(
+    "mutation", settings.get_profile("ci"), derandomize=True, database=None, print_blob=False
+)
+settings.load_profile(
+    "mutation"
+    if "MUTANT_UNDER_TEST" in os.environ
+    else os.environ.get("HYPOTHESIS_PROFILE", "dev")
+)

@@ -54,3 +54,60 @@ def test_a_transient_answer_carries_its_retry_after_hint() -> None:
 def test_an_unknown_operation_cannot_be_classified() -> None:
     with pytest.raises(ValueError, match="unknown operation"):
         classify("teleport", 200, {})
+
+
+# What must not pass for a success: money is "paid" only on a well-formed success answer.
+MALFORMED_SUCCESSES = [
+    ("charge", 201, {"status": "succeeded"}),  # no payment_reference
+    ("charge", 201, {"status": "succeeded", "payment_reference": ""}),  # an empty one
+    ("charge", 201, {"status": "succeeded", "payment_reference": 12345}),  # not text
+    ("charge", 201, {"status": "failed", "payment_reference": "p"}),  # another status
+    ("charge", 201, {"payment_reference": "p"}),  # no status at all
+    ("status", 200, {"status": "refunded", "payment_reference": "p"}),  # not a payment status
+    ("status", 200, {"status": "succeeded", "payment_reference": ""}),
+    ("reserve", 201, {"reservation_id": "", "status": "held"}),
+    ("reserve", 201, {"reservation_id": 7, "status": "held"}),
+    ("reserve", 201, {"reservation_id": "r", "status": "released"}),
+    ("refund", 201, {"refund_reference": "", "status": "succeeded"}),
+    ("ship", 201, {"shipment_id": ""}),
+    ("ship", 201, {"shipment_id": True}),
+]
+
+
+@pytest.mark.parametrize(("operation", "status", "body"), MALFORMED_SUCCESSES)
+def test_a_2xx_answer_without_the_documented_shape_is_broken_not_a_success(
+    operation: str, status: int, body: dict[str, object]
+) -> None:
+    outcome = classify(operation, status, body)
+    assert outcome == Broken(f"{operation}: HTTP {status} with a malformed body")
+
+
+@pytest.mark.parametrize("status", [199, 300, 301, 302])
+def test_only_a_2xx_status_can_be_a_success(status: int) -> None:
+    outcome = classify("charge", status, {"status": "succeeded", "payment_reference": "p"})
+    assert outcome == Broken(f"charge: unexpected HTTP {status} code=None")
+
+
+@pytest.mark.parametrize("status", [200, 201, 299])
+def test_every_2xx_status_with_the_documented_shape_is_a_success(status: int) -> None:
+    body = {"status": "succeeded", "payment_reference": "p"}
+    assert classify("charge", status, body) == Succeeded(body)
+
+
+def test_a_refusal_carries_its_code_and_the_services_detail_or_none() -> None:
+    assert classify("charge", 402, {"code": "card_declined", "detail": "expired card"}) == (
+        Refused("card_declined", "expired card")
+    )
+    assert classify("charge", 402, {"code": "card_declined"}) == Refused("card_declined", "")
+
+
+def test_a_broken_answer_says_which_operation_and_status() -> None:
+    assert classify("ship", 201, ["not", "an", "object"]) == Broken(
+        "ship: HTTP 201 with a body that is not a JSON object"
+    )
+    assert classify("ship", 418, {"code": "teapot"}) == Broken(
+        "ship: unexpected HTTP 418 code='teapot'"
+    )
+    assert classify("ship", 499, None) == Broken(
+        "ship: HTTP 499 with a body that is not a JSON object"
+    )

@@ -131,3 +131,56 @@ def test_a_role_that_may_not_act_is_forbidden(call: str, principal: object) -> N
             w.run(getattr(w.service, call)(principal, order_id))
     finally:
         w.close()
+
+
+def test_a_reconcile_outside_payment_unknown_is_refused_naming_the_state() -> None:
+    w, order_id = reach("paid")
+    try:
+        with pytest.raises(InvalidTransition) as refused:
+            w.run(w.service.reconcile(OPERATOR, order_id))
+        assert refused.value.current_state == "paid"
+        assert refused.value.requested == "reconcile"
+        assert str(refused.value) == "reconciliation is only possible in payment_unknown"
+    finally:
+        w.close()
+
+
+def test_a_manual_reconcile_is_audited_with_the_role_whether_queued_or_already_queued() -> None:
+    w, order_id = reach("payment_unknown")
+    try:
+        w.run(w.service.reconcile(OPERATOR, order_id))
+        audit = w.run(w.store.audit_entries(order_id))
+        entries = [a for a in audit if a.action == "manual.reconcile"]
+        assert [(a.outcome, a.details) for a in entries] == [
+            ("already_queued", {"role": "operator"})
+        ]
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "who", "message"),
+    [
+        ("shipped", OPERATOR, "nothing to retry in state 'shipped'"),
+        ("shipping_failed", CUSTOMER, "only an operator may retry shipping"),
+        ("paid", OPERATOR, "the current step is pending, not retryable"),
+    ],
+)
+def test_a_refused_retry_says_why(name: str, who: object, message: str) -> None:
+    w, order_id = reach(name)
+    try:
+        with pytest.raises(NotRetryable) as refused:
+            w.run(w.service.retry(who, order_id))  # type: ignore[arg-type]
+        assert str(refused.value) == message
+    finally:
+        w.close()
+
+
+def test_an_operator_retrying_shipping_is_in_the_history_with_the_reason() -> None:
+    w, order_id = reach("shipping_failed")
+    try:
+        w.run(w.service.retry(OPERATOR, order_id))
+        last = w.run(w.store.history(order_id))[-1]
+        assert (last.to_state, last.reason) == (OrderState.SHIPPING, "operator retries shipping")
+    finally:
+        w.close()

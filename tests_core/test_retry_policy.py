@@ -86,3 +86,65 @@ def test_jitter_spreads_the_delay_within_its_band_and_really_varies() -> None:
 def test_a_nonsensical_policy_is_refused_at_construction(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"delays_s": (0.0,)},  # an immediate retry is a schedule too
+        {"attempts_per_budget": 1},  # one attempt, no retry
+        {"jitter": 0.0},
+        {"jitter": 0.999},
+    ],
+)
+def test_the_limits_of_a_sensible_policy_are_accepted(kwargs: dict[str, object]) -> None:
+    policy = RetryPolicy(**kwargs)  # type: ignore[arg-type]
+    assert policy.decide(StepKind.SHIP, policy.attempts_per_budget, Transient()) == GiveUp()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"delays_s": ()}, "delays_s"),
+        ({"delays_s": (1.0, -0.001)}, "delays_s"),
+        ({"attempts_per_budget": 0}, "attempts_per_budget"),
+        ({"attempts_per_budget": -3}, "attempts_per_budget"),
+        ({"jitter": 1.0}, "jitter"),
+        ({"jitter": -0.01}, "jitter"),
+    ],
+)
+def test_each_limit_is_refused_just_past_it_naming_the_setting(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_one_attempt_budget_gives_up_after_the_first_failure() -> None:
+    policy = RetryPolicy(attempts_per_budget=1)
+    assert policy.decide(StepKind.SHIP, 1, Transient()) == GiveUp()
+    assert policy.decide(StepKind.SHIP, 1, UnknownOutcome("timeout")) == GiveUp()
+
+
+def test_past_the_budget_it_still_gives_up() -> None:
+    assert POLICY.decide(StepKind.SHIP, 6, Transient()) == GiveUp()
+
+
+def test_a_negative_retry_after_hint_means_retry_now_not_a_negative_wait() -> None:
+    assert POLICY.decide(StepKind.SHIP, 1, Transient(retry_after_s=-5.0)) == RetryAt(0.0)
+
+
+def test_a_hint_just_under_and_at_the_cap_is_kept() -> None:
+    assert POLICY.decide(StepKind.SHIP, 1, Transient(retry_after_s=59.5)) == RetryAt(59.5)
+    assert POLICY.decide(StepKind.SHIP, 1, Transient(retry_after_s=60.0)) == RetryAt(60.0)
+    capped = RetryPolicy(retry_after_cap_s=5.0)
+    assert capped.decide(StepKind.SHIP, 1, Transient(retry_after_s=9.0)) == RetryAt(5.0)
+
+
+def test_an_unknown_outcome_follows_the_same_schedule_and_budget() -> None:
+    decisions = [POLICY.decide(StepKind.RESERVE, n, UnknownOutcome()) for n in (1, 2, 3, 4, 5)]
+    assert decisions == [RetryAt(1.0), RetryAt(2.0), RetryAt(4.0), RetryAt(8.0), GiveUp()]
+
+
+def test_a_broken_answer_blocks_even_when_the_budget_is_spent() -> None:
+    assert POLICY.decide(StepKind.SHIP, 5, Broken("400")) == Block()

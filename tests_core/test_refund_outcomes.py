@@ -1,0 +1,144 @@
+"""A refund is its own operation: what each answer of the payment provider makes of it, and
+what may still be refunded afterwards."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import pytest
+
+from orderflow_core import Broken, Context, OrderState, RefundStatus, StepKind, saga
+from orderflow_core.model import Refund
+from tests_core.world import OPERATOR, World
+
+S = OrderState
+
+
+def shipped(ship: list[str] | None = None) -> tuple[World, UUID]:
+    w = World()
+    if ship:
+        w.sim.script("shipping", "ship", ship)
+    order_id = w.create()
+    w.settle()
+    return w, order_id
+
+
+def refund_with(w: World, order_id: UUID, outcomes: list[str], amount: int | None) -> Refund:
+    w.sim.script("payments", "refund", outcomes)
+    refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", amount, "goodwill"))
+    w.settle()
+    found = w.load(order_id).refund(refund.refund_id)
+    assert found is not None
+    return found
+
+
+def audit_of(w: World, order_id: UUID, refund: Refund) -> list[tuple[str, str]]:
+    entries = w.run(w.store.audit_entries(order_id))
+    return [(a.action, a.outcome) for a in entries if a.step_id == refund.step_id]
+
+
+def event_types(w: World, order_id: UUID) -> list[str]:
+    w.publish()
+    return [e.type for e in w.run(w.store.events(after=0, limit=1000)) if e.order_id == order_id]
+
+
+def test_a_refused_refund_fails_with_the_providers_code_and_can_be_asked_again() -> None:
+    w, order_id = shipped()
+    try:
+        refund = refund_with(w, order_id, ["permanent"], None)
+        assert refund.status is RefundStatus.FAILED
+        assert refund.last_error == "refund_rejected"
+        assert ("compensation.refund", "failed") in audit_of(w, order_id, refund)
+        assert "refund.failed" in event_types(w, order_id)
+        assert w.effects()["refunds"] == []
+        # A failed refund holds no money back: the whole amount may be refunded again.
+        total = w.load(order_id).order.total_minor
+        again, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-2", total, "retry"))
+        assert again.amount_minor == total
+    finally:
+        w.close()
+
+
+def test_a_refund_that_keeps_failing_transiently_fails_after_five_attempts() -> None:
+    w, order_id = shipped()
+    try:
+        refund = refund_with(w, order_id, ["transient"] * 5, 100)
+        assert refund.status is RefundStatus.FAILED
+        assert refund.last_error
+        step = w.load(order_id).step(refund.step_id)
+        assert step is not None
+        assert [a.outcome for a in step.attempts] == ["transient"] * 5
+        assert ("compensation.refund", "failed") in audit_of(w, order_id, refund)
+        assert w.state(order_id) is S.SHIPPED
+    finally:
+        w.close()
+
+
+def test_a_refund_whose_answer_was_lost_is_asked_again_under_its_key_and_succeeds_once() -> None:
+    w, order_id = shipped()
+    try:
+        refund = refund_with(w, order_id, ["lost_response"], 100)
+        assert refund.status is RefundStatus.SUCCEEDED
+        assert refund.refund_reference
+        refunds = w.effects()["refunds"]
+        assert [r["amount_minor"] for r in refunds] == [100]
+        assert ("compensation.refund", "succeeded") in audit_of(w, order_id, refund)
+    finally:
+        w.close()
+
+
+def test_a_refund_answered_with_a_broken_reply_is_blocked_for_a_person() -> None:
+    w, order_id = shipped()
+    try:
+        # The refund is claimed and started by hand, and answered with a malformed reply.
+        refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 100, "goodwill"))
+        claims = w.run(w.store.claim_due(owner="worker-x", now=w.clock.now(), limit=5, lease_s=30))
+        (leased,) = [c for c in claims if c.step_id == refund.step_id]
+        now = w.clock.now()
+        context = Context(now, "worker-x", w.timing)
+        w.run(w.store.update(order_id, lambda agg: saga.decide_start(agg, leased, context)))
+        broken = Broken("refund: HTTP 200 with a malformed body")
+        w.run(
+            w.store.update(
+                order_id, lambda agg: saga.decide_result(agg, leased, broken, context)
+            )
+        )
+        found = w.load(order_id).refund(refund.refund_id)
+        assert found is not None
+        assert found.status is RefundStatus.BLOCKED
+        assert found.last_error == "refund: HTTP 200 with a malformed body"
+        assert ("compensation.refund", "blocked") in audit_of(w, order_id, found)
+        assert "refund.blocked" in event_types(w, order_id)
+        # A blocked refund holds no money back either.
+        total = w.load(order_id).order.total_minor
+        again, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-2", total, "retry"))
+        assert again.amount_minor == total
+    finally:
+        w.close()
+
+
+
+@pytest.mark.parametrize(("amounts", "ends"), [([None], S.REFUNDED), ([100], S.SHIPPING_FAILED)])
+def test_after_a_failed_shipment_only_a_full_refund_ends_the_order_refunded(
+    amounts: list[int | None], ends: OrderState
+) -> None:
+    w, order_id = shipped(["permanent"])
+    try:
+        assert w.state(order_id) is S.SHIPPING_FAILED
+        refund = refund_with(w, order_id, ["success"], amounts[0])
+        assert refund.status is RefundStatus.SUCCEEDED
+        assert w.state(order_id) is ends
+    finally:
+        w.close()
+
+
+def test_a_full_refund_after_shipping_leaves_the_order_shipped() -> None:
+    w, order_id = shipped()
+    try:
+        refund = refund_with(w, order_id, ["success"], None)
+        assert refund.status is RefundStatus.SUCCEEDED
+        assert refund.amount_minor == w.load(order_id).order.total_minor
+        assert w.state(order_id) is S.SHIPPED
+        assert [step.kind for step in w.load(order_id).steps].count(StepKind.REFUND) == 1
+    finally:
+        w.close()

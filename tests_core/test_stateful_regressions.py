@@ -1,0 +1,67 @@
+"""Falsifying sequences the stateful machine once found, replayed step by step on every run.
+
+Each case drives the same `OrderflowMachine` rules in the order the search found them, checking
+the six rules after each step as the search does, so CI keeps every case found by a deep run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from orderflow_core import Item, saga
+from tests_core.test_stateful import OrderflowMachine
+
+
+def replay(machine: OrderflowMachine, steps: list[Callable[[OrderflowMachine], object]]) -> None:
+    """Run `steps` as hypothesis runs rules: the invariants after each one, teardown at the end."""
+    try:
+        machine.start()
+        for step in steps:
+            step(machine)
+            machine.the_six_rules_hold()
+    finally:
+        machine.teardown()
+
+
+STALE_CHARGE_THEN_RECONCILED: list[Callable[[OrderflowMachine], object]] = [
+    lambda m: m.create_order(lines=[Item("sku-a", 1, 100)]),
+    lambda m: m.run_executor(executor=0, crash=None),  # reserve
+    lambda m: m.stall_executor(executor=0, point="before_call"),  # the charge, frozen
+    lambda m: m.advance_clock(seconds=31),  # past the 30 s lease
+    lambda m: m.run_executor(executor=0, crash=None),  # takeover: payment in doubt
+    lambda m: m.run_executor(executor=0, crash=None),  # status check: no charge under the key
+    lambda m: m.resume(0),  # the stale owner wakes up
+]
+
+
+def test_a_stale_charge_attempt_relabelled_by_a_later_reconciliation_is_no_stale_write() -> None:
+    """Found by a 20,000-example run: the reconciliation proves the stalled attempt charged
+    nothing and relabels it `not_charged`; that write is the reconciler's, not the stale
+    owner's, so rule 6 holds."""
+    replay(OrderflowMachine(), STALE_CHARGE_THEN_RECONCILED)
+
+
+STALE_RESULT_AFTER_LEASE_RAN_OUT: list[Callable[[OrderflowMachine], object]] = [
+    lambda m: m.create_order(lines=[Item("sku-a", 1, 100)]),
+    lambda m: m.run_executor(executor=0, crash=None),  # reserve
+    lambda m: m.stall_executor(executor=0, point="after_call"),  # charged, result not committed
+    lambda m: m.advance_clock(seconds=31),  # the lease ran out; nobody took over yet
+    lambda m: m.resume(0),  # the stale owner tries to commit its result
+]
+
+
+def test_a_result_whose_lease_ran_out_before_any_takeover_is_not_committed() -> None:
+    replay(OrderflowMachine(), STALE_RESULT_AFTER_LEASE_RAN_OUT)
+
+
+def test_the_machine_catches_a_stale_owner_that_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oracle has teeth: with the lease-time half of the guard gone (a result is committed
+    while the store still shows the step running under its generation, though its lease ran
+    out), the replay fails on the stale owner's write."""
+    monkeypatch.setattr(
+        saga, "guard_holds", lambda aggregate, claim, ctx: aggregate.holds(claim.guard)
+    )
+    with pytest.raises(AssertionError, match="a stale owner wrote after losing its lease"):
+        replay(OrderflowMachine(), STALE_RESULT_AFTER_LEASE_RAN_OUT)
