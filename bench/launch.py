@@ -76,6 +76,14 @@ def current_rss_kib(pid: int) -> int:
     return _status_kib(pid, "VmRSS")
 
 
+def node_env(env: dict[str, str]) -> dict[str, str]:
+    """A started process's environment: ours, `env`, and this checkout first on the import
+    path (the `orderflow` script of an editable install would otherwise import the checkout
+    it was installed from, not the one an A/B run points at)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **env, "PYTHONPATH": path}
+
+
 class Node:
     """One started process: its role, its log, its RSS (now and peak); stopped with SIGTERM."""
 
@@ -85,7 +93,7 @@ class Node:
         self.log_path = LOGS / f"{name}.log"
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                argv, env={**os.environ, **env}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+                argv, env=node_env(env), cwd=REPO, stdout=log, stderr=subprocess.STDOUT
             )
 
     @property
@@ -135,7 +143,7 @@ def run_once(launcher: str, role: str, env: dict[str, str]) -> str:
     """Run a one-shot command (`migrate`, `seed`) to completion; its output."""
     done = subprocess.run(
         command_for(launcher, role),
-        env={**os.environ, **env},
+        env=node_env(env),
         cwd=REPO,
         capture_output=True,
         text=True,
