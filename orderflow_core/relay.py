@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from orderflow_core.attention import log_published
 from orderflow_core.model import OutboxEvent
 from orderflow_core.outcomes import Outcome, Succeeded, Transient
 from orderflow_core.ports import Clock
@@ -70,6 +71,7 @@ class OutboxRelay:
                 break
             delivered.append(event.seq)
         await self._feed.mark_published(delivered, self._clock.now())
+        log_published(events[: len(delivered)])
         return len(delivered)
 
     async def _deliver(self, event: OutboxEvent) -> bool:
