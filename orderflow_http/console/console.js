@@ -25,6 +25,11 @@ function el(tag, attrs, ...children) {
 
 const $ = (id) => document.getElementById(id);
 
+// replaceChildren, leaving out the parts a condition dropped (null would print as "null").
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function show(id, visible) {
   $(id).hidden = !visible;
 }
@@ -265,7 +270,7 @@ function renderOrderHead(o) {
       ? `${o.current_step.kind} · ${o.current_step.status} · attempt ${o.current_step.attempt}/${o.current_step.max_attempts}`
       : "—"],
   ];
-  $("order-head").replaceChildren(
+  fill($("order-head"),
     el("div", { class: "panel-head" },
       el("h1", {}, "Order ", el("span", { class: "mono" }, o.order_id)),
       el("span", { id: "order-state" }, stateBadge(o.state, o.needs_attention))),
@@ -374,10 +379,11 @@ async function act(orderId, name, question, call) {
     await call();
     result.replaceChildren(el("div", { class: "notice", id: "action-done" },
       `${name}: accepted. The order page follows what happens next.`));
+    actionsSignature = ""; // a fresh form for whatever is allowed now
   } catch (problem) {
+    // The form keeps what was typed, so it can be corrected and sent again.
     result.replaceChildren(problemBox(problem));
   }
-  actionsSignature = "";
   await refreshOrder(orderId);
 }
 
@@ -404,8 +410,9 @@ function renderOrderBody(o, audit) {
       entries.push([r.updated_at, "refund", `refund ${r.status}`, r.last_error || r.refund_reference || ""]);
     }
   }
-  const rank = { history: 0, attempt: 1, refund: 2, audit: 3 };
-  entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : rank[a[1]] - rank[b[1]]));
+  // Within one instant (one transaction): results, then transitions, then what they started.
+  const rank = (entry) => ({ history: 1, refund: 2, audit: 3 })[entry[1]] ?? (entry[2].endsWith(" started") ? 4 : 0);
+  entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : rank(a) - rank(b)));
   const steps = el("table", { class: "grid", id: "steps" },
     el("thead", {}, el("tr", {}, ["Step", "Status", "Attempt", "Next attempt", "Lease until", "Last error", "Key"].map((t) => el("th", {}, t)))),
     el("tbody", {}, o.steps.map((s) => el("tr", { class: s.status === "failed" || s.status === "blocked" ? "attention" : "" },
@@ -416,7 +423,7 @@ function renderOrderBody(o, audit) {
       el("td", {}, when(s.lease_expires_at)),
       el("td", {}, s.last_error || ""),
       el("td", { class: "mono" }, s.idempotency_key)))));
-  $("order-body").replaceChildren(
+  fill($("order-body"),
     el("h2", {}, "Timeline"),
     el("ul", { class: "timeline", id: "timeline" }, entries.map(([at, kind, what, detail]) =>
       el("li", {}, el("span", { class: "mono" }, when(at)), el("span", { class: `kind ${kind}` }, kind),
