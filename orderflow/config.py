@@ -44,6 +44,7 @@ class Settings:
     bulkhead_policy: str
     token_cache_s: float
     timing: Timing
+    log_format: str = "text"
 
     @property
     def external_services(self) -> bool:
@@ -133,6 +134,12 @@ def _policy(value: str) -> str:
     return value
 
 
+def _log_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise ValueError("must be 'text' or 'json'")
+    return value
+
+
 def _token(value: str) -> str:
     if not 16 <= len(value) <= 255 or not all("!" <= ch <= "~" for ch in value):
         raise ValueError("must be 16-255 visible ASCII characters")
@@ -164,6 +171,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         bulkhead_policy=_get(env, "ORDERFLOW_BULKHEAD_POLICY", _policy, "queue"),
         token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
+        log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
     )
 
 

@@ -83,4 +83,5 @@ def log_published(events: Iterable[OutboxEvent]) -> None:
                 payload.get("step_kind"),
                 payload.get("step_status"),
                 payload.get("since"),
+                extra={"order_id": str(event.order_id), "step_id": payload.get("step_id")},
             )

@@ -9,7 +9,9 @@ installs Debian's `chromium` and `chromium-driver` when they are missing).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +62,7 @@ def served(pg_url: str) -> Iterator[tuple[str, str, Proc]]:
         # Status checks give up within a second instead of fifteen.
         ORDERFLOW_RETRY_DELAYS_S="0.05,0.05,0.05,0.05",
         ORDERFLOW_POLL_INTERVAL_S="0.1",
+        ORDERFLOW_LOG_FORMAT="json",
     )
     proc = Proc("serve", env)
     try:
@@ -141,8 +144,10 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     api, mocks, proc = served
     order_id = _payment_in_doubt(api, mocks)
     assert _order(api, order_id)["state"] == "payment_unknown"
-    warning = rf"WARNING orderflow.attention order {order_id} needs attention: reconcile_gave_up"
-    proc.wait_for(warning)
+    warning = json.loads(proc.wait_for(rf'^{{.*"logger": "orderflow.attention".*{order_id}').string)
+    assert warning["level"] == "WARNING"
+    assert warning["order_id"] == order_id
+    assert f"order {order_id} needs attention: reconcile_gave_up" in warning["message"]
 
     browser.get(api + "/")
     _wait(browser, ec.url_contains("/console"))
@@ -206,3 +211,19 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     assert _order(api, order_id)["refunds"] == []
     assert browser.find_element(By.ID, "refund-amount").get_attribute("value") == str(total + 1)
     _screenshot(browser, tmp_path, "console-order.png")
+    _logs_are_json_with_an_access_log_and_no_token(proc)
+
+
+def _logs_are_json_with_an_access_log_and_no_token(proc: Proc) -> None:
+    """Every log line the server wrote is a JSON object; the browser's requests are in the
+    access log under the operator's name; no token appears anywhere in the output."""
+    proc.wait_for(r'"path": "/api/v1/orders/[^"]+/refunds", "status": 422')
+    logged = [json.loads(line) for line in proc.lines if line.startswith("{")]
+    access = [line for line in logged if line["logger"] == "orderflow.http.access"]
+    assert {"method", "path", "status", "duration_ms", "user"} <= set(access[-1])
+    assert any(line["user"] == "order_operator" for line in access)
+    assert any(line["status"] == 403 and line["user"] == "order_customer" for line in access)
+    for line in proc.lines:
+        assert not re.match(r"^\d{4}-\d\d-\d\d .* (INFO|WARNING|ERROR) ", line), line
+        assert OPERATOR_TOKEN not in line
+        assert CUSTOMER_TOKEN not in line

@@ -11,7 +11,7 @@ import logging
 from aiohttp import web
 
 from orderflow_core.model import Principal
-from orderflow_http.api import appkeys, bodies, parse, queue, serialize
+from orderflow_http.api import access_log, appkeys, bodies, parse, queue, serialize
 from orderflow_http.api.problems import problem_response
 from orderflow_http.api.serialize import dumps
 
@@ -37,7 +37,9 @@ async def caller(request: web.Request) -> Principal:
     bearer = token.strip() if scheme.lower() == "bearer" else ""
     if not bearer.isascii() or not bearer.isprintable() or " " in bearer:
         bearer = ""
-    return await request.app[appkeys.SERVICE].authenticate(bearer or None)
+    principal = await request.app[appkeys.SERVICE].authenticate(bearer or None)
+    access_log.note_user(principal.user_id)
+    return principal
 
 
 async def create_order(request: web.Request) -> web.Response:
