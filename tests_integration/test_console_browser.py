@@ -211,7 +211,32 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     assert _order(api, order_id)["refunds"] == []
     assert browser.find_element(By.ID, "refund-amount").get_attribute("value") == str(total + 1)
     _screenshot(browser, tmp_path, "console-order.png")
+    _the_feed_shows_the_order_live(browser, order_id, tmp_path)
+    _the_api_reference_renders(browser, api, tmp_path)
     _logs_are_json_with_an_access_log_and_no_token(proc)
+
+
+def _the_feed_shows_the_order_live(browser: WebDriver, order_id: str, tmp_path: Path) -> None:
+    browser.find_element(By.LINK_TEXT, "Events").click()
+    waited = (
+        By.XPATH,
+        f'//table[@id="events"]//tr[td[2]="order.needs_attention"]//a[.="{order_id}"]',
+    )
+    row = _wait(browser, ec.visibility_of_element_located(waited))
+    assert "reconcile_gave_up" in row.find_element(By.XPATH, "./ancestor::tr").text
+    shipped = (By.XPATH, f'//table[@id="events"]//tr[td[2]="order.shipped"]//a[.="{order_id}"]')
+    _wait(browser, ec.visibility_of_element_located(shipped))
+    _screenshot(browser, tmp_path, "console-events.png")
+
+
+def _the_api_reference_renders(browser: WebDriver, api: str, tmp_path: Path) -> None:
+    browser.get(api + "/api/v1/docs")
+    listed = _wait(browser, ec.visibility_of_element_located((By.ID, "op-listOrders")))
+    assert "needs_attention" in listed.get_attribute("textContent")
+    assert browser.find_element(By.ID, "op-orderNeedsAttention")
+    assert browser.find_element(By.ID, "schema-AttentionPayload")
+    listed.click()
+    _screenshot(browser, tmp_path, "api-docs.png")
 
 
 def _logs_are_json_with_an_access_log_and_no_token(proc: Proc) -> None:
