@@ -148,3 +148,4 @@ def test_the_counts_give_every_state_and_reason_to_an_operator_only(api: LiveApi
     refused = api("GET", "/api/v1/stats/orders", who="customer")
     assert (refused.status, refused.code) == (403, "forbidden")
     assert api("GET", "/api/v1/stats/orders?x=1", who="operator").code == "invalid_parameter"
+    assert api("GET", "/api/v1/stats/orders?x=1", who="customer").code == "forbidden"
