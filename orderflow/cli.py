@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orderflow import eventloop, runtime
+from orderflow import eventloop, logs, runtime
 from orderflow.config import ConfigError, Settings, load_settings
 from orderflow.seed import seed_users
 from orderflow_mocks import run_mocks
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"orderflow: configuration error: {exc}", file=sys.stderr)
         return 2
+    logs.configure(settings.log_format)
     if args.command == "mocks":
         run_mocks(
             "127.0.0.1", settings.mocks_port, settings.mocks_latency_ms, settings.mocks_hold_s

@@ -45,6 +45,7 @@ class Settings:
     token_cache_s: float
     timing: Timing
     event_loop: str = "uvloop"
+    log_format: str = "text"
 
     @property
     def external_services(self) -> bool:
@@ -134,6 +135,12 @@ def _policy(value: str) -> str:
     return value
 
 
+def _log_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise ValueError("must be 'text' or 'json'")
+    return value
+
+
 def _token(value: str) -> str:
     if not 16 <= len(value) <= 255 or not all("!" <= ch <= "~" for ch in value):
         raise ValueError("must be 16-255 visible ASCII characters")
@@ -166,6 +173,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
         event_loop=_get(env, "ORDERFLOW_EVENT_LOOP", _event_loop, "uvloop"),
+        log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
     )
 
 

@@ -42,6 +42,7 @@ from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transie
 from orderflow_core.ports import (
     CallContext,
     Clock,
+    OrderCount,
     OrderStore,
     Payments,
     Services,
@@ -53,6 +54,7 @@ from orderflow_core.retry import Block, GiveUp, RetryAt, RetryPolicy
 from orderflow_core.service import OrderService, OrderView, hash_token
 from orderflow_core.states import (
     TERMINAL_STATES,
+    AttentionReason,
     OrderState,
     RefundStatus,
     Role,
@@ -68,6 +70,7 @@ __all__ = [
     "TRANSITIONS",
     "ApiIdempotency",
     "Attempt",
+    "AttentionReason",
     "AuditEntry",
     "Block",
     "Broken",
@@ -92,6 +95,7 @@ __all__ = [
     "NotRetryable",
     "Order",
     "OrderAggregate",
+    "OrderCount",
     "OrderService",
     "OrderState",
     "OrderStore",

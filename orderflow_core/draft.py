@@ -9,7 +9,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import transitions
+from orderflow_core import attention, transitions
 from orderflow_core.context import Context
 from orderflow_core.model import (
     ApiIdempotency,
@@ -43,6 +43,7 @@ class Draft:
         self.history: list[HistoryEntry] = []
         self.events: list[OutboxEvent] = []
         self.audit: list[AuditEntry] = []
+        self._attention_settled = False
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -177,6 +178,7 @@ class Draft:
         claim: Claim | None = None,
         idempotency: ApiIdempotency | None = None,
     ) -> Change:
+        self._settle_attention()
         on_reject = self.rejection(claim, "stale_generation") if claim is not None else None
         return Change(
             order=self.order if self._order_changed else None,
@@ -189,6 +191,24 @@ class Draft:
             guard=claim.guard if claim else None,
             on_reject=on_reject,
         )
+
+    def _settle_attention(self) -> None:
+        """Stamp (or clear) the order's attention reason as the edits leave it; a change that
+        makes the order wait carries the `order.needs_attention` event (rule 4)."""
+        if self._attention_settled:
+            return
+        self._attention_settled = True
+        after = OrderAggregate(
+            order=self.order,
+            steps=tuple(sorted(self._steps.values(), key=lambda s: s.seq)),
+            refunds=tuple(self._refunds.values()),
+        )
+        update = attention.decide(self.order, after, self.now)
+        if update is None:
+            return
+        self.set_order(attention_reason=update.reason, attention_since=update.since)
+        if update.announce:
+            self.emit(attention.NEEDS_ATTENTION, attention.event_payload(after, update))
 
 
 def new_order_draft(order: Order, ctx: Context) -> Draft:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from orderflow_core import saga
+from orderflow_core import logfields, saga
 from orderflow_core.calls import CallPlan, perform
 from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
@@ -206,6 +206,7 @@ class Executor:
             current = await self._attempt(*current)
 
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
+        logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt
         await self._checkpoint("before_call", claim)
         if self.clock.now() >= claim.lease_expires_at:
             # Stalled between intent and call: another executor may own the step by now.

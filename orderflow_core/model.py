@@ -13,6 +13,7 @@ from orderflow_core.states import (
     DUE_STATUSES,
     STOPPED_STATUSES,
     TERMINAL_STATES,
+    AttentionReason,
     OrderState,
     RefundStatus,
     Role,
@@ -138,6 +139,10 @@ class Order:
     reservation_expired: bool = False
     payment_status: str = "none"  # none | in_flight | unknown | succeeded | failed
     payment_reference: str | None = None
+    # Why the order waits for a person (an `AttentionReason` value) and since when; None when
+    # it does not. Kept by every decision (`attention.settle`), read by the attention queue.
+    attention_reason: str | None = None
+    attention_since: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -298,20 +303,37 @@ class OrderAggregate:
     @property
     def needs_attention(self) -> bool:
         """Waiting for a person (CONTRACT §1): nothing will move this order by itself."""
-        if self.order.is_terminal:
-            return False
-        if self.order.state is OrderState.SHIPPING_FAILED:
-            return True
+        return self.attention_reason is not None
+
+    @property
+    def attention_reason(self) -> AttentionReason | None:
+        """Why nothing will move this order until a person acts, or None if something will.
+
+        Waiting: `shipping_failed`; `payment_unknown` with no status check or charge due or
+        running (automatic reconciliation gave up, or the reservation expired while the
+        payment was in doubt); and any other live state whose current step is stopped
+        (`failed`: retries exhausted, `blocked`: a permanent technical error).
+        """
+        order = self.order
+        if order.is_terminal:
+            return None
+        if order.state is OrderState.SHIPPING_FAILED:
+            return AttentionReason.SHIPPING_FAILED
         current = self.current_step
-        if current is not None and current.is_stopped:
-            return True
-        if self.order.state is OrderState.PAYMENT_UNKNOWN:
-            return not any(
-                s.is_due_or_running
-                for s in self.steps
-                if s.kind in (StepKind.RECONCILE_PAYMENT, StepKind.CHARGE)
-            )
-        return False
+        if order.state is OrderState.PAYMENT_UNKNOWN:
+            money_steps = (StepKind.RECONCILE_PAYMENT, StepKind.CHARGE)
+            if any(s.is_due_or_running for s in self.steps if s.kind in money_steps):
+                return None
+            reconcile = self.latest(StepKind.RECONCILE_PAYMENT)
+            if reconcile is not None and reconcile.is_stopped:
+                return AttentionReason.RECONCILE_GAVE_UP
+            # No status check is left to run only when the hold ran out first.
+            return AttentionReason.EXPIRED_WHILE_UNKNOWN
+        if current is not None and current.status is StepStatus.BLOCKED:
+            return AttentionReason.BLOCKED
+        if current is not None and current.status is StepStatus.FAILED:
+            return AttentionReason.RETRIES_EXHAUSTED
+        return None
 
     def with_change(self, change: Change) -> OrderAggregate:
         """The aggregate as it reads after `change` is applied (used by in-memory stores)."""

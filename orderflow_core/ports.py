@@ -40,6 +40,15 @@ class Clock(Protocol):
 
 
 @attrs.frozen
+class OrderCount:
+    """How many orders are in `state` waiting for `reason` (None: not waiting)."""
+
+    state: OrderState
+    reason: str | None
+    orders: int
+
+
+@attrs.frozen
 class CallContext:
     """What every external call carries (headers `X-Order-Id`, `X-Step-Id`, `Idempotency-Key`)."""
 
@@ -176,6 +185,22 @@ class OrderStore(Protocol):
         before: tuple[datetime, UUID] | None,
     ) -> list[Order]:
         """Orders newest first (created_at, order_id descending), strictly before `before`."""
+        ...
+
+    async def list_waiting(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        """Orders waiting for a person, newest waiting first ((attention_since, order_id)
+        descending), strictly before `before`."""
+        ...
+
+    async def count_orders(self) -> list[OrderCount]:
+        """How many orders there are per (state, attention reason); only pairs that occur."""
         ...
 
     async def claim_due(

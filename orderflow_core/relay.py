@@ -12,8 +12,9 @@ from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from orderflow_core.attention import log_published
 from orderflow_core.model import OutboxEvent
-from orderflow_core.outcomes import Outcome, Succeeded, Transient
+from orderflow_core.outcomes import Outcome, Succeeded, Transient, outcome_name
 from orderflow_core.ports import Clock
 from orderflow_core.retry import RetryPolicy
 
@@ -70,6 +71,7 @@ class OutboxRelay:
                 break
             delivered.append(event.seq)
         await self._feed.mark_published(delivered, self._clock.now())
+        log_published(events[: len(delivered)])
         return len(delivered)
 
     async def _deliver(self, event: OutboxEvent) -> bool:
@@ -85,7 +87,12 @@ class OutboxRelay:
         base = hint if hint is not None else self._retry.delays_s[0]
         delay = min(base * 2 ** min(self._failures - 1, 6), self._retry.retry_after_cap_s)
         self._resume_at = self._clock.now() + timedelta(seconds=delay)
+        reason = outcome_name(outcome) + (f": {outcome.detail}" if outcome.detail else "")
         log.warning(
-            "event %s not delivered (%s); retrying in %.1f s", event.event_id, outcome, delay
+            "event %s not delivered (%s); retrying in %.1f s",
+            event.event_id,
+            reason,
+            delay,
+            extra={"order_id": str(event.order_id)},
         )
         return False

@@ -34,7 +34,7 @@ from orderflow_core.model import (
     Principal,
     Refund,
 )
-from orderflow_core.ports import Clock, OrderStore, Users
+from orderflow_core.ports import Clock, OrderCount, OrderStore, Users
 from orderflow_core.states import OrderState, Role
 from orderflow_core.validation import (
     check_idempotency_key,
@@ -160,6 +160,30 @@ class OrderService:
         more = len(orders) > limit
         return page, encode_cursor(page[-1]) if more and page else None
 
+    async def waiting_orders(
+        self, principal: Principal, *, state: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[Order], str | None]:
+        """The attention queue: orders waiting for a person, newest waiting first, a page at a
+        time; customers see their own only."""
+        if not 1 <= limit <= 100:
+            raise InvalidParameter("limit must be an integer from 1 to 100")
+        wanted = _parse_state(state)
+        before = decode_cursor(cursor) if cursor else None
+        customer = principal.user_id if principal.role is Role.CUSTOMER else None
+        orders = await self._store.list_waiting(
+            customer_id=customer, state=wanted, limit=limit + 1, before=before
+        )
+        page = orders[:limit]
+        last = page[-1] if len(orders) > limit else None
+        if last is None or last.attention_since is None:
+            return page, None
+        return page, _cursor(last.attention_since, last.order_id)
+
+    async def order_counts(self, principal: Principal) -> list[OrderCount]:
+        """How many orders are in each state and wait for each reason (operator)."""
+        _require(principal, Role.OPERATOR)
+        return await self._store.count_orders()
+
     async def cancel(self, principal: Principal, order_id: UUID) -> tuple[OrderView, str]:
         """Cancel per the table; the result says `cancelled`, `cancelling` or `unchanged`."""
         _require(principal, Role.CUSTOMER)
@@ -261,7 +285,11 @@ def _parse_state(state: str | None) -> OrderState | None:
 
 def encode_cursor(order: Order) -> str:
     """An opaque keyset cursor: the last row's (created_at, order_id)."""
-    raw = f"{order.created_at.isoformat()}|{order.order_id}".encode()
+    return _cursor(order.created_at, order.order_id)
+
+
+def _cursor(stamp: datetime, order_id: UUID) -> str:
+    raw = f"{stamp.isoformat()}|{order_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

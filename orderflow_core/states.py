@@ -67,6 +67,16 @@ FINISHED_STATUSES: frozenset[StepStatus] = frozenset(
 )
 
 
+class AttentionReason(enum.StrEnum):
+    """Why an order waits for a person (the attention queue)."""
+
+    RETRIES_EXHAUSTED = "retries_exhausted"  # the current step failed after its last attempt
+    BLOCKED = "blocked"  # the current step hit a permanent technical error
+    RECONCILE_GAVE_UP = "reconcile_gave_up"  # payment in doubt, the status checks stopped
+    EXPIRED_WHILE_UNKNOWN = "expired_while_unknown"  # the hold ran out, payment in doubt
+    SHIPPING_FAILED = "shipping_failed"  # paid but the carrier refused or never answered
+
+
 class RefundStatus(enum.StrEnum):
     """A refund is its own operation with its own state (CONTRACT §1 rule 3)."""
 

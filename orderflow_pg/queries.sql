@@ -84,13 +84,13 @@ WITH docs AS (
         order_id, customer_id, items, total_minor, currency, process_version, state,
         created_at, updated_at, event_seq, state_reason, reservation_id, reservation_status,
         reserved_at, reservation_expires_at, reservation_expired, payment_status,
-        payment_reference
+        payment_reference, attention_reason, attention_since
     )
     SELECT
         r.order_id, r.customer_id, r.items, r.total_minor, r.currency, r.process_version,
         r.state, r.created_at, r.updated_at, r.event_seq, r.state_reason, r.reservation_id,
         r.reservation_status, r.reserved_at, r.reservation_expires_at, r.reservation_expired,
-        r.payment_status, r.payment_reference
+        r.payment_status, r.payment_reference, r.attention_reason, r.attention_since
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'new_order') AS r
     WHERE fence.d ? 'new_order'
 ), changed_order AS (
@@ -102,7 +102,8 @@ WITH docs AS (
         reservation_status = r.reservation_status, reserved_at = r.reserved_at,
         reservation_expires_at = r.reservation_expires_at,
         reservation_expired = r.reservation_expired, payment_status = r.payment_status,
-        payment_reference = r.payment_reference
+        payment_reference = r.payment_reference, attention_reason = r.attention_reason,
+        attention_since = r.attention_since
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'order') AS r
     WHERE fence.d ? 'order' AND o.order_id = r.order_id
 ), steps AS (
@@ -208,6 +209,25 @@ WHERE (%(customer_id)s::text IS NULL OR customer_id = %(customer_id)s::text)
        OR (created_at, order_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
 ORDER BY created_at DESC, order_id DESC
 LIMIT %(limit)s
+
+-- list_waiting_orders --
+-- Orders waiting for a person, newest waiting first (the partial index orders_waiting_idx),
+-- optionally one customer's or one state's, strictly before a keyset cursor on the wait's start
+SELECT * FROM orders
+WHERE attention_reason IS NOT NULL
+  AND (%(customer_id)s::text IS NULL OR customer_id = %(customer_id)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (attention_since, order_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY attention_since DESC, order_id DESC
+LIMIT %(limit)s
+
+-- count_orders --
+-- How many orders are in each state, and of those how many wait for each reason (a full scan:
+-- for the operator's console, not for a hot path)
+SELECT state, attention_reason, count(*) AS orders
+FROM orders
+GROUP BY state, attention_reason
 
 -- claim_due --
 -- Lease due steps and steps whose lease expired: attempt + 1, owner, expiry, in one statement.

@@ -28,6 +28,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
+from orderflow_core.ports import OrderCount
 from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
@@ -286,6 +287,32 @@ class PgOrderStore:
             "limit": limit,
         }
         return [rows.order_from_row(r) for r in await self._fetch_all("list_orders", params)]
+
+    async def list_waiting(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        """Orders waiting for a person, newest waiting first, strictly before `before`."""
+        params = {
+            "customer_id": customer_id,
+            "state": state.value if state else None,
+            "before_at": before[0] if before else None,
+            "before_id": before[1] if before else None,
+            "limit": limit,
+        }
+        found = await self._fetch_all("list_waiting_orders", params)
+        return [rows.order_from_row(r) for r in found]
+
+    async def count_orders(self) -> list[OrderCount]:
+        """How many orders there are per (state, attention reason)."""
+        found = await self._fetch_all("count_orders", {})
+        return [
+            OrderCount(OrderState(r["state"]), r["attention_reason"], r["orders"]) for r in found
+        ]
 
     async def claim_due(
         self, *, owner: str, now: datetime, limit: int, lease_s: float

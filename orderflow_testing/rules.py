@@ -87,6 +87,7 @@ def check_snapshot(snap: Snapshot, *, worker_prefix: str = "worker-") -> None:
         compensations_audited(record, worker_prefix)
         attempts_are_generations(record.aggregate)
         transitions_only_from_the_table(record.history)
+        the_attention_stamp_is_current(record, events)
     the_feed_is_complete_and_unique(snap)
 
 
@@ -129,6 +130,9 @@ def nothing_automatic_after_paid(record: OrderRecord, mine: Effects) -> None:
         assert done == aggregate.order.total_minor
 
 
+STATE_NAMES = frozenset(s.value for s in OrderState)
+
+
 def state_and_steps_agree(record: OrderRecord, events: list[OutboxEvent]) -> None:
     """Rule 4: a state change and the steps and events it implies are committed together."""
     order, history = record.aggregate.order, record.history
@@ -140,7 +144,7 @@ def state_and_steps_agree(record: OrderRecord, events: list[OutboxEvent]) -> Non
         assert order.payment_status == "succeeded"
     if order.state in (S.RELEASING, S.CANCELLING):
         assert StepKind.RELEASE_RESERVATION in kinds
-    transitions = [e for e in events if e.type.startswith("order.")]
+    transitions = [e for e in events if e.type.removeprefix("order.") in STATE_NAMES]
     assert len(transitions) == len(history), (len(transitions), len(history))
     assert len(events) == order.event_seq, (len(events), order.event_seq)
     # No double write: a history row's seq is its event's number, so each appears once, in order.
@@ -148,6 +152,19 @@ def state_and_steps_agree(record: OrderRecord, events: list[OutboxEvent]) -> Non
     assert seqs == sorted(set(seqs)), seqs
     assert {h.seq for h in history} <= {i + 1 for i in range(order.event_seq)}
     assert history[-1].to_state is order.state
+
+
+def the_attention_stamp_is_current(record: OrderRecord, events: list[OutboxEvent]) -> None:
+    """The order carries the attention reason its aggregate implies, and the change that made
+    it wait for that reason announced it with an `order.needs_attention` event."""
+    order = record.aggregate.order
+    reason = record.aggregate.attention_reason
+    assert order.attention_reason == reason, (order.attention_reason, reason, order.state)
+    assert (order.attention_since is None) == (reason is None), order.attention_since
+    if reason is not None:
+        announced = [e for e in events if e.type == "order.needs_attention"]
+        assert announced, "an order waits for a person but no event said so"
+        assert announced[-1].payload["reason"] == reason.value, announced[-1].payload
 
 
 def compensations_audited(record: OrderRecord, worker_prefix: str = "worker-") -> None:

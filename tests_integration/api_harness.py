@@ -174,7 +174,10 @@ class Api:
             raw = json.dumps(body).encode()
             sent.setdefault("Content-Type", "application/json")
         url = yarl.URL(self.base + path, encoded=True)
-        async with self.session.request(method, url, data=raw, headers=sent) as response:
+        # The answer itself is what the document describes: a redirect is not followed.
+        async with self.session.request(
+            method, url, data=raw, headers=sent, allow_redirects=False
+        ) as response:
             text = await response.read()
             content_type = response.content_type
             parsed = json.loads(text) if content_type.endswith("json") and text else text

@@ -12,7 +12,15 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # n
 
 from orderflow_http.api import create_app
 
-PUBLIC = {"/healthz", "/readyz", "/api/v1/openapi.json"}
+PUBLIC = {
+    "/healthz",
+    "/readyz",
+    "/api/v1/openapi.json",
+    "/",
+    "/console",
+    "/console/{asset}",
+    "/api/v1/docs",
+}
 
 
 def _operations() -> list[tuple[str, str, dict[str, Any]]]:

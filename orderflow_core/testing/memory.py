@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -24,6 +25,7 @@ from orderflow_core.model import (
     Principal,
     Step,
 )
+from orderflow_core.ports import OrderCount
 from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
 
 T = TypeVar("T")
@@ -151,6 +153,37 @@ class InMemoryOrderStore:
             and (state is None or o.state is state)
             and (before is None or (o.created_at, o.order_id) < before)
         ][:limit]
+
+    async def list_waiting(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        waiting = sorted(
+            (
+                (o.attention_since, o.order_id, o)
+                for o in (a.order for a in self.aggregates.values())
+                if o.attention_reason is not None and o.attention_since is not None
+            ),
+            key=lambda t: (t[0], t[1]),
+            reverse=True,
+        )
+        return [
+            o
+            for since, order_id, o in waiting
+            if (customer_id is None or o.customer_id == customer_id)
+            and (state is None or o.state is state)
+            and (before is None or (since, order_id) < before)
+        ][:limit]
+
+    async def count_orders(self) -> list[OrderCount]:
+        counted = Counter(
+            (a.order.state, a.order.attention_reason) for a in self.aggregates.values()
+        )
+        return [OrderCount(state, reason, n) for (state, reason), n in counted.items()]
 
     async def claim_due(
         self, *, owner: str, now: datetime, limit: int, lease_s: float

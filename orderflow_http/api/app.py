@@ -6,6 +6,7 @@ from aiohttp import web
 
 from orderflow_core.service import OrderService
 from orderflow_http.api import appkeys
+from orderflow_http.api.access_log import access_log_middleware
 from orderflow_http.api.openapi import document
 from orderflow_http.api.parse import MAX_BODY
 from orderflow_http.api.problems import problem_middleware
@@ -29,7 +30,9 @@ def create_app(
     none of its own.
     """
     # aiohttp's own limit is a backstop; parse.json_body enforces `max_body` with a 413 problem.
-    app = web.Application(middlewares=[problem_middleware], client_max_size=max_body + 1)
+    app = web.Application(
+        middlewares=[access_log_middleware, problem_middleware], client_max_size=max_body + 1
+    )
     app[appkeys.SERVICE] = service
     app[appkeys.READINESS] = readiness or _always_ready
     app[appkeys.MAX_BODY] = max_body

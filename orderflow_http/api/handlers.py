@@ -11,7 +11,7 @@ import logging
 from aiohttp import web
 
 from orderflow_core.model import Principal
-from orderflow_http.api import appkeys, bodies, parse, serialize
+from orderflow_http.api import access_log, appkeys, bodies, parse, queue, serialize
 from orderflow_http.api.problems import problem_response
 from orderflow_http.api.serialize import dumps
 
@@ -37,7 +37,9 @@ async def caller(request: web.Request) -> Principal:
     bearer = token.strip() if scheme.lower() == "bearer" else ""
     if not bearer.isascii() or not bearer.isprintable() or " " in bearer:
         bearer = ""
-    return await request.app[appkeys.SERVICE].authenticate(bearer or None)
+    principal = await request.app[appkeys.SERVICE].authenticate(bearer or None)
+    access_log.note_user(principal.user_id)
+    return principal
 
 
 async def create_order(request: web.Request) -> web.Response:
@@ -63,7 +65,9 @@ async def get_order(request: web.Request) -> web.Response:
 async def list_orders(request: web.Request) -> web.Response:
     """GET /api/v1/orders: newest first, `limit` per page, `cursor` from the previous page."""
     principal = await caller(request)
-    params = parse.query(request, frozenset({"state", "limit", "cursor"}))
+    params = parse.query(request, frozenset({"state", "limit", "cursor", "needs_attention"}))
+    if parse.needs_attention(params):
+        return await queue.waiting_orders(request, principal, params, DEFAULT_PAGE)
     orders, next_cursor = await request.app[appkeys.SERVICE].list_orders(
         principal,
         state=params.get("state"),
@@ -125,6 +129,15 @@ async def events(request: web.Request) -> web.Response:
     limit = parse.query_int(params, "limit", DEFAULT_EVENTS)
     found = await request.app[appkeys.SERVICE].events(principal, after=after, limit=limit)
     return _json(serialize.event_page(found, after))
+
+
+async def order_counts(request: web.Request) -> web.Response:
+    """GET /api/v1/stats/orders: how many orders per state and per waiting reason (operator)."""
+    principal = await caller(request)
+    # The role is checked (403) before the query string (400), as everywhere.
+    found = await request.app[appkeys.SERVICE].order_counts(principal)
+    parse.query(request, frozenset())
+    return _json(queue.counts(found))
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -99,7 +99,8 @@ def _create_order() -> Operation:
 def _list_orders() -> Operation:
     return {
         "operationId": "listOrders",
-        "summary": "List orders newest first: customers their own, operators all",
+        "summary": "List orders newest first (or the attention queue): customers their own, "
+        "operators all",
         "security": BEARER,
         "parameters": [
             param(
@@ -121,6 +122,14 @@ def _list_orders() -> Operation:
                 "query",
                 {"type": "string", "minLength": 1},
                 "next_cursor of the previous page",
+                required=False,
+            ),
+            param(
+                "needs_attention",
+                "query",
+                {"type": "string", "enum": ["true"]},
+                "`true`: the attention queue — only orders waiting for a person, newest "
+                "waiting first (by `attention_since`); its cursors belong to that order",
                 required=False,
             ),
         ],
@@ -238,6 +247,61 @@ def _audit_and_events() -> dict[str, Operation]:
     return {"audit": audit, "events": events}
 
 
+def _order_counts() -> Operation:
+    return {
+        "operationId": "orderCounts",
+        "summary": "How many orders are in each state and wait for each reason (operator)",
+        "security": BEARER,
+        "responses": {
+            "200": _ok("the counts; every state and reason is listed, zeros included", "Counts"),
+            **_errors(400, 403, bad_request=("invalid_parameter",)),
+        },
+    }
+
+
+def _pages() -> dict[str, Operation]:
+    """The operator console and the readable API reference: static pages, no data in them."""
+
+    def page(
+        op_id: str, summary: str, parameters: list[Any] | None = None, media: str = "text/html"
+    ) -> Operation:
+        text = {"description": "a static file of the package"}
+        content = {kind: {"schema": text} for kind in media.split()}
+        op: Operation = {
+            "operationId": op_id,
+            "summary": summary,
+            "security": [],
+            "responses": {
+                "200": {"description": "the file", "content": content},
+                "404": _problem("no such file", "not_found"),
+            },
+        }
+        if parameters:
+            op["parameters"] = parameters
+        return op
+
+    asset = param(
+        "asset",
+        "path",
+        {"type": "string", "pattern": "^[a-z]+\\.(js|css)$"},
+        "a script or style sheet of the console",
+        required=True,
+    )
+    home = page("home", "Redirects (302) to the operator console")
+    home["responses"] = {"302": {"description": "to /console"}}
+    return {
+        "home": home,
+        "console": page("console", "The operator console (sign in with an operator token)"),
+        "asset": page(
+            "consoleAsset",
+            "A script or style sheet of the console",
+            [asset],
+            "text/javascript text/css",
+        ),
+        "docs": page("apiDocs", "This document, rendered readably (served locally)"),
+    }
+
+
 def _public() -> dict[str, Operation]:
     def plain(op_id: str, summary: str, responses: dict[str, Any]) -> Operation:
         return {"operationId": op_id, "summary": summary, "security": [], "responses": responses}
@@ -256,7 +320,7 @@ def _public() -> dict[str, Operation]:
 
 def paths() -> dict[str, dict[str, Operation]]:
     """Every path and method the app routes."""
-    commands, feeds, public = _commands(), _audit_and_events(), _public()
+    commands, feeds, public, pages = _commands(), _audit_and_events(), _public(), _pages()
     return {
         "/api/v1/orders": {"post": _create_order(), "get": _list_orders()},
         ORDER: {"get": _get_order()},
@@ -266,9 +330,29 @@ def paths() -> dict[str, dict[str, Operation]]:
         f"{ORDER}/refunds": {"post": _refund()},
         f"{ORDER}/audit": {"get": feeds["audit"]},
         "/api/v1/events": {"get": feeds["events"]},
+        "/api/v1/stats/orders": {"get": _order_counts()},
         "/api/v1/openapi.json": {"get": public["openapi"]},
         "/healthz": {"get": public["healthz"]},
         "/readyz": {"get": public["readyz"]},
+        "/": {"get": pages["home"]},
+        "/console": {"get": pages["console"]},
+        "/console/{asset}": {"get": pages["asset"]},
+        "/api/v1/docs": {"get": pages["docs"]},
+    }
+
+
+def webhooks() -> dict[str, Any]:
+    """What the webhook (and the event feed) carries that a consumer acts on."""
+    return {
+        "orderNeedsAttention": {
+            "post": {
+                "operationId": "orderNeedsAttention",
+                "summary": "An order started waiting for a person (or now waits for another "
+                "reason); committed with the change that made it wait",
+                "requestBody": {"required": True, "content": _content(ref("AttentionEvent"))},
+                "responses": {"200": {"description": "any 2xx acknowledges the event"}},
+            }
+        }
     }
 
 
@@ -285,6 +369,7 @@ def document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "security": BEARER,
         "paths": paths(),
+        "webhooks": webhooks(),
         "components": {
             "schemas": schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

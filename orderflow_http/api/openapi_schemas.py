@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
+from orderflow_core.states import AttentionReason, OrderState, RefundStatus, StepKind, StepStatus
 
 Schema = dict[str, Any]
 
@@ -17,6 +17,7 @@ TIME_OR_NULL: Schema = {"type": ["string", "null"], "format": "date-time"}
 UUID: Schema = {"type": "string", "format": "uuid"}
 TEXT_OR_NULL: Schema = {"type": ["string", "null"]}
 STATES = [s.value for s in OrderState]
+REASONS = [r.value for r in AttentionReason]
 
 
 def ref(name: str) -> Schema:
@@ -189,6 +190,19 @@ def _summary_properties() -> dict[str, Schema]:
         "currency": {"type": "string"},
         "created_at": TIME,
         "updated_at": TIME,
+        "needs_attention": {
+            "type": "boolean",
+            "description": "nothing will move this order until a person acts",
+        },
+        "attention_reason": {
+            "type": ["string", "null"],
+            "enum": [*REASONS, None],
+            "description": "why it waits: the current step failed after its last attempt "
+            "(retries_exhausted) or hit a permanent technical error (blocked); the payment is "
+            "in doubt and the status checks stopped (reconcile_gave_up) or the reservation "
+            "expired first (expired_while_unknown); paid but not shipped (shipping_failed)",
+        },
+        "attention_since": {**TIME_OR_NULL, "description": "when it started waiting"},
     }
 
 
@@ -196,10 +210,6 @@ def _orders() -> dict[str, Schema]:
     order = obj(
         {
             **_summary_properties(),
-            "needs_attention": {
-                "type": "boolean",
-                "description": "nothing will move this order until a person acts",
-            },
             "history": {"type": "array", "items": ref("HistoryEntry")},
             "current_step": {"oneOf": [ref("Step"), {"type": "null"}]},
             "steps": {"type": "array", "items": ref("Step")},
@@ -234,7 +244,11 @@ def _feeds() -> dict[str, Schema]:
         {
             "seq": {"type": "integer", "minimum": 1},
             "event_id": UUID,
-            "type": {"type": "string"},
+            "type": {
+                "type": "string",
+                "description": "`order.<state>` per transition, `order.needs_attention` "
+                "(payload: AttentionPayload), `refund.<status>`, `reservation.released`",
+            },
             "order_id": UUID,
             "payload": {"type": "object"},
             "created_at": TIME,
@@ -246,7 +260,50 @@ def _feeds() -> dict[str, Schema]:
             "next_after": {"type": "integer", "minimum": 0},
         }
     )
-    return {"AuditEntry": audit_entry, "AuditLog": audit_log, "Event": event, "EventPage": page}
+    return {
+        "AuditEntry": audit_entry,
+        "AuditLog": audit_log,
+        "Event": event,
+        "EventPage": page,
+        **_attention(),
+    }
+
+
+def _attention() -> dict[str, Schema]:
+    """The `order.needs_attention` event and the operator's counts."""
+    nullable_text = {"type": ["string", "null"]}
+    payload = obj(
+        {
+            "order_id": UUID,
+            "reason": {"type": "string", "enum": REASONS},
+            "since": TIME,
+            "state": {"type": "string", "enum": STATES},
+            "step_id": {"oneOf": [UUID, {"type": "null"}]},
+            "step_kind": {"type": ["string", "null"], "enum": [*(k.value for k in StepKind), None]},
+            "step_status": nullable_text,
+            "last_error": nullable_text,
+        }
+    )
+    event = obj(
+        {
+            "event_id": UUID,
+            "type": {"type": "string", "const": "order.needs_attention"},
+            "order_id": UUID,
+            "payload": ref("AttentionPayload"),
+            "created_at": TIME,
+        }
+    )
+    per_state = {s: {"type": "integer", "minimum": 0} for s in STATES}
+    per_reason = {r: {"type": "integer", "minimum": 0} for r in REASONS}
+    counts = obj(
+        {
+            "total": {"type": "integer", "minimum": 0},
+            "by_state": obj(per_state),
+            "waiting": {"type": "integer", "minimum": 0},
+            "waiting_by_reason": obj(per_reason),
+        }
+    )
+    return {"AttentionPayload": payload, "AttentionEvent": event, "Counts": counts}
 
 
 def _problems() -> dict[str, Schema]:

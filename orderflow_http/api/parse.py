@@ -155,3 +155,15 @@ def query_int(params: Mapping[str, str], name: str, default: int) -> int:
     if not _DIGITS.match(text) or int(text) > MAX_QUERY_INT:
         raise InvalidParameter(f"{name} must be a non-negative decimal integer")
     return int(text)
+
+
+def needs_attention(params: Mapping[str, str]) -> bool:
+    """The attention-queue filter: `needs_attention=true` lists the orders waiting for a
+    person. Only `true` is accepted: `false` could be read as "orders not waiting", which the
+    list does not offer, so it is refused rather than silently ignored."""
+    text = params.get("needs_attention")
+    if text is None:
+        return False
+    if text != "true":
+        raise InvalidParameter("needs_attention takes only the value true")
+    return True

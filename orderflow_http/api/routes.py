@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from orderflow_http.api import handlers
+from orderflow_http.api import console, handlers
 
 ORDER = "/api/v1/orders/{order_id}"
 
@@ -22,8 +22,10 @@ def add_routes(app: web.Application) -> None:
             web.post(f"{ORDER}/refunds", handlers.request_refund),
             web.get(f"{ORDER}/audit", handlers.audit, allow_head=False),
             web.get("/api/v1/events", handlers.events, allow_head=False),
+            web.get("/api/v1/stats/orders", handlers.order_counts, allow_head=False),
             web.get("/api/v1/openapi.json", handlers.openapi, allow_head=False),
             web.get("/healthz", handlers.healthz, allow_head=False),
             web.get("/readyz", handlers.readyz, allow_head=False),
         ]
     )
+    console.add_routes(app)

@@ -125,6 +125,9 @@ def order_summary(order: Order) -> Json:
         "currency": order.currency,
         "created_at": timestamp(order.created_at),
         "updated_at": timestamp(order.updated_at),
+        "needs_attention": order.attention_reason is not None,
+        "attention_reason": order.attention_reason,
+        "attention_since": timestamp(order.attention_since),
     }
 
 
@@ -155,7 +158,6 @@ def order(view: OrderView) -> Json:
     current = aggregate.current_step
     return {
         **order_summary(aggregate.order),
-        "needs_attention": aggregate.needs_attention,
         "history": [history(h) for h in view.history],
         "current_step": step(current) if current is not None else None,
         "steps": [step(s) for s in aggregate.steps],

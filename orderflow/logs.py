@@ -1,0 +1,74 @@
+"""Log output (ORDERFLOW_LOG_FORMAT): plain text lines, or one JSON object per line.
+
+A JSON line has `time`, `level`, `logger`, `message`, and where known `order_id`, `step_id`,
+`attempt`, `worker` (bound by the executor for the step it runs, or passed with the record),
+`trace_id`, and the access log's `method`, `path`, `status`, `duration_ms`, `user`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+from orderflow_core import logfields
+
+TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# Fields a record may carry (bound for the running step, or given as `extra=`), in line order.
+FIELDS = (
+    "order_id",
+    "step_id",
+    "attempt",
+    "worker",
+    "trace_id",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "user",
+)
+
+
+class StepFields(logging.Filter):
+    """Put the fields bound for the running step on every record that lacks them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in logfields.current().items():
+            if not hasattr(record, name):
+                setattr(record, name, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; a traceback, when there is one, is its `exception` string."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        trace = getattr(record, "otelTraceID", None)  # what OpenTelemetry's logging hook sets
+        if trace and trace != "0":
+            line["trace_id"] = trace
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value if isinstance(value, int | float) else str(value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(log_format: str, level: int = logging.INFO) -> None:
+    """Send every log record to stderr in `log_format` (`text` or `json`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT))
+    handler.addFilter(StepFields())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
