@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import re
 import sys
@@ -40,15 +41,29 @@ class UserInputError(Exception):
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """A parser whose usage errors are one line and exit 2."""
+    """A parser whose usage errors, unknown arguments included, are one line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\n")
+        _one_line_error(self, message)
+
+    def parse_known_args(  # type: ignore[override]  # same call, extras refused here
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.exit(2, f"{parser.prog}: {message}\n")
 
 
 def add_parser(commands: Any) -> None:
     """Add `user` and its actions to the CLI's subcommands (an argparse subparsers action)."""
     user = commands.add_parser(COMMAND, help=HELP, description=HELP)
+    # `orderflow user` is made by the main parser's class; its errors are one line too.
+    setattr(user, "error", functools.partial(_one_line_error, user))  # noqa: B010
     actions = user.add_subparsers(
         dest="user_action", required=True, metavar="ACTION", parser_class=_OneLineParser
     )
