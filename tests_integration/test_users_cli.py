@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Run
-from user_commands import user_cli
+from user_commands import orderflow, user_cli
 
 from orderflow_core import Role
 from orderflow_pg import PgOrderStore
@@ -88,3 +88,22 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert says in done.stderr
     assert _users_table(pg_url) == before
+
+
+def test_a_start_with_another_token_variable_says_which_user_it_changed(pg_url: str) -> None:
+    first = orderflow(pg_url, "seed")  # the tokens of processes.base_env
+    assert first.returncode == 0, first.stderr
+    assert "warning" not in first.stdout + first.stderr
+    rotated = user_cli(pg_url, "rotate", "order_operator")
+    assert "ORDERFLOW_OPERATOR_TOKEN" in rotated.stderr  # the note: a start puts it back
+    again = orderflow(pg_url, "seed", ORDERFLOW_CUSTOMER_TOKEN="another-customer-token-2")
+    assert again.returncode == 0, again.stderr
+    warnings = [line for line in again.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("warning: order_customer's stored token was replaced by")
+    assert "ORDERFLOW_CUSTOMER_TOKEN" in warnings[0]
+    assert warnings[1].startswith("warning: order_operator's stored token was replaced by")
+    assert "another-customer-token-2" not in again.stdout + again.stderr
+    assert rotated.stdout.strip() not in again.stdout + again.stderr
+    same = orderflow(pg_url, "seed", ORDERFLOW_CUSTOMER_TOKEN="another-customer-token-2")
+    assert "warning" not in same.stdout + same.stderr

@@ -14,8 +14,13 @@ from processes import base_env
 
 def user_cli(pg_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `orderflow user ARGS` against `pg_url`; stdout and stderr kept apart."""
+    return orderflow(pg_url, "user", *args, **env)
+
+
+def orderflow(pg_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `orderflow ARGS` against `pg_url` to its end; stdout and stderr kept apart."""
     return subprocess.run(
-        [sys.executable, "-m", "orderflow.cli", "user", *args],
+        [sys.executable, "-m", "orderflow.cli", *args],
         env=base_env(ORDERFLOW_DATABASE_URL=pg_url, **env),
         capture_output=True,
         text=True,
