@@ -101,10 +101,14 @@ def run(
         print(f"{prog}: {exc}", file=err)
         return 2
     except StoreUnavailable as exc:
-        print(f"{prog}: the database is not available: {exc.detail}", file=err)
+        detail = " ".join(exc.detail.split())
+        print(
+            f"{prog}: the database is not available ({detail}); check ORDERFLOW_DATABASE_URL",
+            file=err,
+        )
         return 1
     except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
-        print(f"{prog}: {exc}", file=err)
+        print(f"{prog}: {' '.join(str(exc).split())}", file=err)
         return 1
     return 0
 

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Run
+from processes import free_port
 from user_commands import orderflow, user_cli
 
 from orderflow_core import Role
@@ -107,3 +108,13 @@ def test_a_start_with_another_token_variable_says_which_user_it_changed(pg_url: 
     assert rotated.stdout.strip() not in again.stdout + again.stderr
     same = orderflow(pg_url, "seed", ORDERFLOW_CUSTOMER_TOKEN="another-customer-token-2")
     assert "warning" not in same.stdout + same.stderr
+
+
+def test_an_unreachable_database_is_one_line_naming_the_variable() -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    done = user_cli(url, "list")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("orderflow user list: the database is not available")
+    assert line.endswith("check ORDERFLOW_DATABASE_URL")
