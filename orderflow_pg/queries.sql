@@ -291,8 +291,53 @@ WHERE seq = ANY(%(seqs)s) AND published_at IS NULL
 SELECT 1 AS ok
 
 -- principal_for_token_hash --
--- The user a token hash belongs to
-SELECT user_id, role FROM users WHERE token_hash = %(token_hash)s
+-- The enabled user a token hash belongs to. The same statement marks the user as used, but only
+-- when its mark is older than `stale_before`: a user's row is written at most once per such
+-- interval however many requests it makes (and the API asks only once per token cache period).
+WITH found AS (
+    SELECT user_id, role FROM users
+    WHERE token_hash = %(token_hash)s AND disabled_at IS NULL
+), touched AS (
+    UPDATE users SET last_used_at = %(now)s
+    WHERE token_hash = %(token_hash)s AND disabled_at IS NULL
+      AND (last_used_at IS NULL OR last_used_at < %(stale_before)s)
+)
+SELECT user_id, role FROM found
+
+-- create_user --
+-- A new user with its token hash; nothing (and no row returned) if the name is taken
+INSERT INTO users (user_id, role, token_hash, created_at, token_set_at)
+VALUES (%(user_id)s, %(role)s, %(token_hash)s, %(now)s, %(now)s)
+ON CONFLICT (user_id) DO NOTHING
+RETURNING user_id
+
+-- replace_token --
+-- Give a user another token hash, if it has a different one (a row only when it changed)
+UPDATE users SET token_hash = %(token_hash)s, token_set_at = %(now)s
+WHERE user_id = %(user_id)s AND token_hash <> %(token_hash)s
+RETURNING user_id
+
+-- disable_user --
+-- Mark an enabled user disabled (a row only when it was enabled)
+UPDATE users SET disabled_at = %(now)s
+WHERE user_id = %(user_id)s AND disabled_at IS NULL
+RETURNING user_id
+
+-- enable_user --
+-- Clear a user's disabled mark (a row only when it was disabled)
+UPDATE users SET disabled_at = NULL
+WHERE user_id = %(user_id)s AND disabled_at IS NOT NULL
+RETURNING user_id
+
+-- user_by_name --
+-- One user's record (never its token hash)
+SELECT user_id, role, created_at, token_set_at, disabled_at, last_used_at
+FROM users WHERE user_id = %(user_id)s
+
+-- list_users --
+-- Every user's record, oldest first (never a token hash)
+SELECT user_id, role, created_at, token_set_at, disabled_at, last_used_at
+FROM users ORDER BY created_at, user_id
 
 -- upsert_user --
 -- Create a user or replace its role and token hash

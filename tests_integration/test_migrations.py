@@ -46,7 +46,15 @@ EXPECTED_COLUMNS = {
     "outbox": _names(OutboxEvent, "published_at", "feed_seq"),
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency),
-    "users": {"user_id", "role", "token_hash"},
+    "users": {
+        "user_id",
+        "role",
+        "token_hash",
+        "created_at",
+        "token_set_at",
+        "disabled_at",
+        "last_used_at",
+    },
     "schema_migrations": {"version", "name", "checksum", "applied_at"},
 }
 
