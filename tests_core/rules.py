@@ -1,4 +1,4 @@
-"""The six rules of CONTRACT §1 as checks over what any store and any ledger show.
+"""The six rules of docs/lifecycle.md as checks over what any store and any ledger show.
 
 The checks read a `Snapshot` taken through the store port (`load`, `history`, `audit_entries`,
 `events`) and the simulated services' ledger, so the same rules judge the in-memory world, the

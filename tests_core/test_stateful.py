@@ -1,5 +1,5 @@
 """Random commands, outcomes, crashes, stalls and clock jumps against two executors on one
-store; the six rules of CONTRACT §1 are checked after every step, through the store port.
+store; the six rules of docs/lifecycle.md are checked after every step, through the store port.
 
 The machine runs on the in-memory store here; `tests_integration/test_stateful_pg.py` runs the
 same machine on PostgreSQL by overriding `make_world` and `close_world`.
