@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import re
+import socket
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -90,7 +91,7 @@ def listen_error(exc: OSError, host: str, port: int, port_variable: str) -> Star
             f"cannot listen on {where}: ports below 1024 need privileges; "
             f"set {port_variable} to a port above 1023"
         )
-    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+    if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
         return StartupError(
             f"cannot listen on {where}: this machine has no such address; check ORDERFLOW_HTTP_HOST"
         )

@@ -209,3 +209,17 @@ def test_without_the_service_extras_version_still_answers(
     done = run_cli(["--version"], without_service_extras)
     assert done.returncode == 0
     assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+
+
+@pytest.mark.postgres
+def test_an_address_this_machine_does_not_have_names_the_host_variable(pg_url: str) -> None:
+    env = base_env(
+        ORDERFLOW_DATABASE_URL=pg_url, ORDERFLOW_HTTP_HOST="192.0.2.1", ORDERFLOW_HTTP_PORT="0"
+    )
+    done = run_cli(["api"], env)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "orderflow: cannot listen on 192.0.2.1:0: this machine has no such address; "
+        "check ORDERFLOW_HTTP_HOST"
+    ]
