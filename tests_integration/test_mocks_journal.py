@@ -120,3 +120,23 @@ def test_a_damaged_journal_is_refused_with_one_line(tmp_path: Path) -> None:
     assert output_lines(done) == [
         f"orderflow: ORDERFLOW_MOCKS_STATE: {state} line 1 is not JSON: the file is damaged"
     ]
+
+
+@pytest.mark.postgres
+def test_serve_with_a_damaged_journal_stops_with_one_line_naming_the_variable(
+    pg_url: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "mocks-state.jsonl"
+    state.write_text('{"not": "a journal line"}\n')
+    env = base_env(
+        ORDERFLOW_DATABASE_URL=pg_url,
+        ORDERFLOW_HTTP_PORT="0",
+        ORDERFLOW_MOCKS_PORT=str(free_port()),
+        ORDERFLOW_MOCKS_STATE=str(state),
+    )
+    done = run_cli(["serve"], env)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"orderflow: ORDERFLOW_MOCKS_STATE: {state} line 1 is not a journal line"
+    ]
