@@ -1,7 +1,7 @@
 """Stand-in for `orderflow api|worker|mocks` while the CLI is not there: wires the same pieces.
 
 Run as `python -m bench.fallback_node ROLE`; configuration comes from the same ORDERFLOW_*
-variables as the CLI (CONTRACT §5). Only the harness uses it, and only when
+variables as the CLI. Only the harness uses it, and only when
 `--launcher fallback` is chosen or `orderflow` is not installed.
 """
 

@@ -10,10 +10,15 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orderflow import eventloop, logs, runtime, users_cli
-from orderflow.config import ConfigError, Settings, load_settings
+import psycopg
+
+from orderflow import eventloop, logs, runtime, users_cli, version
+from orderflow.config import ConfigError, Settings, load_settings, unknown_variable_warnings
 from orderflow.seed import seed_users
+from orderflow.startup import StartupError, listen_error, one_line
+from orderflow_core.errors import StoreUnavailable
 from orderflow_mocks import run_mocks
+from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate
 from orderflow_pg.errors import MigrationChecksumMismatch
 
@@ -37,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Durable order processing on PostgreSQL.",
         epilog="Configuration comes from ORDERFLOW_* environment variables; see README.",
     )
+    parser.add_argument("--version", action="version", version=f"orderflow {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
@@ -50,11 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orderflow: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format)
+    for warning in unknown_variable_warnings():
+        print(f"orderflow: warning: {warning}", file=sys.stderr, flush=True)
     if args.command == "mocks":
-        run_mocks(
-            "127.0.0.1", settings.mocks_port, settings.mocks_latency_ms, settings.mocks_hold_s
-        )
-        return 0
+        return _mocks(settings)
     if args.command == users_cli.COMMAND:
         return users_cli.run(args, settings)
     runners: dict[str, Callable[[Settings], Coroutine[Any, Any, None]]] = {
@@ -64,11 +69,46 @@ def main(argv: list[str] | None = None) -> int:
         "migrate": migrate_only,
         "seed": seed_only,
     }
+    return _run(runners[args.command], settings)
+
+
+def _run(runner: Callable[[Settings], Coroutine[Any, Any, None]], settings: Settings) -> int:
+    """Run one command; what a person must fix is one line on stderr, never a traceback."""
     try:
-        eventloop.run(runners[args.command](settings), settings.event_loop)
+        eventloop.run(runner(settings), settings.event_loop)
+    except StartupError as exc:
+        print(f"orderflow: {exc}", file=sys.stderr)
+        return 2
+    except (StoreUnavailable, psycopg.Error) as exc:
+        # The start-up check passed, so the database went away later: one line, no password.
+        print(
+            f"orderflow: database error: {one_line(str(exc), settings.database_url)}",
+            file=sys.stderr,
+        )
+        return 1
     except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _mocks(settings: Settings) -> int:
+    """`orderflow mocks`; a port in use or an unusable state file is one line, exit 2."""
+    try:
+        run_mocks(
+            "127.0.0.1",
+            settings.mocks_port,
+            settings.mocks_latency_ms,
+            settings.mocks_hold_s,
+            state_path=settings.mocks_state,
+        )
+    except JournalError as exc:
+        print(f"orderflow: ORDERFLOW_MOCKS_STATE: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        error = listen_error(exc, "127.0.0.1", settings.mocks_port, "ORDERFLOW_MOCKS_PORT")
+        print(f"orderflow: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

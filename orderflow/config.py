@@ -1,12 +1,15 @@
-"""Configuration from the environment (CONTRACT §5), validated before anything starts."""
+"""Configuration from the environment, validated before anything starts."""
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import psycopg
@@ -32,6 +35,7 @@ class Settings:
     mocks_port: int
     mocks_latency_ms: int
     mocks_hold_s: float
+    mocks_state: Path | None
     warehouse_url: str | None
     payments_url: str | None
     shipping_url: str | None
@@ -57,81 +61,136 @@ class Settings:
         return configured or f"http://127.0.0.1:{self.mocks_port}"
 
 
-def _get(env: Mapping[str, str], name: str, parse: Callable[[str], T], default: T) -> T:
+def _get(
+    env: Mapping[str, str],
+    name: str,
+    parse: Callable[[str], T],
+    default: T,
+    *,
+    show: Callable[[str], str] = repr,
+) -> T:
+    """The parsed value of `name`, or `default` when unset or empty.
+
+    A parser raises ValueError with what it expects; the message names the variable and shows
+    what was given through `show` (secrets pass `hidden`, which never echoes the value).
+    """
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
         return parse(raw.strip())
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r}: {exc}") from None
+        raise ConfigError(f"{name}={show(raw)}: {exc}") from None
+
+
+def hidden(raw: str) -> str:
+    """How a rejected secret is shown: its length only."""
+    return f"<hidden, {len(raw)} characters>"
+
+
+def redacted_database_url(raw: str) -> str:
+    """A database URL or libpq string with its password replaced by `***`."""
+    if "://" in raw:
+        parts = urlsplit(raw)
+        if parts.password is not None:
+            host = parts.netloc.rpartition("@")[2]
+            parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+        query = _URL_PASSWORD.sub("password=***", parts.query)
+        return repr(urlunsplit(parts._replace(query=query)))
+    return repr(_PASSWORD_PARAM.sub("password=***", raw))
+
+
+_URL_PASSWORD = re.compile(r"password=[^&]*")
+_PASSWORD_PARAM = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def _number(value: str, kind: Callable[[str], T], expected: str) -> T:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(expected) from None
+
+
+_SECONDS = "expected a positive number of seconds, e.g. 2.5"
 
 
 def _positive(value: str) -> float:
-    number = float(value)
+    number = _number(value, float, _SECONDS)
     if not number > 0 or number == float("inf"):
-        raise ValueError("must be a positive number of seconds")
+        raise ValueError(_SECONDS)
     return number
 
 
 def _non_negative(value: str) -> float:
-    number = float(value)
+    expected = "expected zero or a positive number of seconds, e.g. 5"
+    number = _number(value, float, expected)
     if not number >= 0 or number == float("inf"):
-        raise ValueError("must be zero or a positive number of seconds")
+        raise ValueError(expected)
     return number
 
 
 def _non_negative_int(value: str) -> int:
-    number = int(value)
+    expected = "expected a whole number, 0 or more, e.g. 20"
+    number = _number(value, int, expected)
     if number < 0:
-        raise ValueError("must be a non-negative integer")
+        raise ValueError(expected)
     return number
 
 
 def _positive_int(value: str) -> int:
-    number = int(value)
+    expected = "expected a whole number, 1 or more, e.g. 20"
+    number = _number(value, int, expected)
     if number < 1:
-        raise ValueError("must be a positive integer")
+        raise ValueError(expected)
     return number
 
 
 def _port(value: str) -> int:
-    number = int(value)
+    expected = "expected a TCP port from 0 to 65535 (0 picks a free one)"
+    number = _number(value, int, expected)
     if not 0 <= number <= 65535:
-        raise ValueError("must be a TCP port from 0 to 65535 (0 picks a free one)")
+        raise ValueError(expected)
     return number
 
 
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or len(value) < 10:
-        raise ValueError("must be an http:// or https:// base URL")
+        raise ValueError("expected an http:// or https:// base URL, e.g. http://127.0.0.1:8081")
     return value.rstrip("/")
 
 
 def _database_url(value: str) -> str:
+    """A libpq URL or key=value string whose ports are ports (shown without its password)."""
     try:
-        conninfo_to_dict(value)
+        params = conninfo_to_dict(value)
     except psycopg.ProgrammingError:
-        raise ValueError("must be a postgresql:// URL or a libpq connection string") from None
+        raise ValueError(
+            "expected a postgresql:// URL (postgresql://USER:PASSWORD@HOST:PORT/DATABASE) "
+            "or a libpq connection string"
+        ) from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"the port {port!r} is not a TCP port (1 to 65535), e.g. 5432")
     return value
 
 
 def _delays(value: str) -> tuple[float, ...]:
-    delays = tuple(float(part) for part in value.split(","))
-    if not delays or any(d < 0 for d in delays):
-        raise ValueError("must be a comma-separated list of non-negative seconds")
+    expected = "expected comma-separated seconds, each 0 or more, e.g. 1,2,4,8"
+    delays = tuple(_number(part.strip(), float, expected) for part in value.split(","))
+    if not delays or any(not 0 <= d < float("inf") for d in delays):
+        raise ValueError(expected)
     return delays
 
 
 def _flag(value: str) -> bool:
     if value not in ("0", "1"):
-        raise ValueError("must be 1 (on) or 0 (off)")
+        raise ValueError("expected 1 (on) or 0 (off)")
     return value == "1"
 
 
 def _policy(value: str) -> str:
     if value not in ("queue", "reject"):
-        raise ValueError("must be 'queue' or 'reject'")
+        raise ValueError("expected 'queue' or 'reject'")
     return value
 
 
@@ -143,8 +202,66 @@ def _log_format(value: str) -> str:
 
 def _token(value: str) -> str:
     if not 16 <= len(value) <= 255 or not all("!" <= ch <= "~" for ch in value):
-        raise ValueError("must be 16-255 visible ASCII characters")
+        raise ValueError("expected 16 to 255 visible ASCII characters (no spaces)")
     return value
+
+
+def _state_file(value: str) -> Path:
+    path = Path(value)
+    if not path.parent.is_dir() or path.is_dir():
+        raise ValueError("expected the path of a file in an existing directory")
+    return path
+
+
+# ORDERFLOW_* variables read by the tests, CI and the benchmark, not by the service.
+OTHER_KNOWN_VARIABLES = frozenset(
+    {
+        "ORDERFLOW_TEST_DATABASE_URL",
+        "ORDERFLOW_BENCH_DATABASE_URL",
+        "ORDERFLOW_API_FUZZ_EXAMPLES",
+        "ORDERFLOW_PG_STATEFUL_EXAMPLES",
+        "ORDERFLOW_CHAOS_SEED",
+        "ORDERFLOW_CI_VENV",
+    }
+)
+
+
+class _ReadNames(Mapping[str, str]):
+    """An environment that remembers which names were looked up."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return self._env[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+
+def known_variables() -> frozenset[str]:
+    """Every ORDERFLOW_* name orderflow reads: those `load_settings` looks up, and the others."""
+    reads = _ReadNames({})
+    load_settings(reads)
+    return frozenset(reads.read) | OTHER_KNOWN_VARIABLES
+
+
+def unknown_variable_warnings(env: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ORDERFLOW_* variable nothing reads (a typo is otherwise silently
+    ignored), naming the closest known name when there is one."""
+    env = os.environ if env is None else env
+    known = known_variables()
+    warnings = []
+    for name in sorted(n for n in env if n.startswith("ORDERFLOW_") and n not in known):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.append(f"{name} is not a variable orderflow reads, so it is ignored{hint}")
+    return warnings
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -153,18 +270,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     g = env.get
     timing = _timing(env)
     return Settings(
-        database_url=_get(env, "ORDERFLOW_DATABASE_URL", _database_url, None),
+        database_url=_get(
+            env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
+        ),
         home=Path(g("ORDERFLOW_HOME") or "./.orderflow"),
         http_host=g("ORDERFLOW_HTTP_HOST") or "127.0.0.1",
         http_port=_get(env, "ORDERFLOW_HTTP_PORT", _port, 8080),
         mocks_port=_get(env, "ORDERFLOW_MOCKS_PORT", _port, 8081),
         mocks_latency_ms=_get(env, "ORDERFLOW_MOCKS_LATENCY_MS", _non_negative_int, 0),
         mocks_hold_s=_get(env, "ORDERFLOW_MOCKS_HOLD_S", _positive, 5.0),
+        mocks_state=_get(env, "ORDERFLOW_MOCKS_STATE", _state_file, None),
         warehouse_url=_get(env, "ORDERFLOW_WAREHOUSE_URL", _http_url, None),
         payments_url=_get(env, "ORDERFLOW_PAYMENTS_URL", _http_url, None),
         shipping_url=_get(env, "ORDERFLOW_SHIPPING_URL", _http_url, None),
-        customer_token=_get(env, "ORDERFLOW_CUSTOMER_TOKEN", _token, None),
-        operator_token=_get(env, "ORDERFLOW_OPERATOR_TOKEN", _token, None),
+        customer_token=_get(env, "ORDERFLOW_CUSTOMER_TOKEN", _token, None, show=hidden),
+        operator_token=_get(env, "ORDERFLOW_OPERATOR_TOKEN", _token, None, show=hidden),
         worker_id=g("ORDERFLOW_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
         webhook_url=_get(env, "ORDERFLOW_WEBHOOK_URL", _http_url, None),
         shutdown_grace_s=_get(env, "ORDERFLOW_SHUTDOWN_GRACE_S", _positive, 10.0),
@@ -187,7 +307,10 @@ def _timing(env: Mapping[str, str]) -> Timing:
     lease = _get(env, "ORDERFLOW_LEASE_S", _positive, 30.0)
     heartbeat = _get(env, "ORDERFLOW_HEARTBEAT_S", _positive, 10.0)
     if heartbeat >= lease:
-        raise ConfigError(f"ORDERFLOW_HEARTBEAT_S={heartbeat:g}: must be shorter than the lease")
+        raise ConfigError(
+            f"ORDERFLOW_HEARTBEAT_S={heartbeat:g}: expected fewer seconds than "
+            f"ORDERFLOW_LEASE_S ({lease:g}), so the lease is renewed before it runs out"
+        )
     default: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     delays = _get(env, "ORDERFLOW_RETRY_DELAYS_S", _delays, default)
     return Timing(

@@ -13,6 +13,7 @@ from aiohttp import web
 from psycopg import sql
 
 from orderflow.config import Settings
+from orderflow.startup import StartupError, check_database, listen_error
 from orderflow_core import Executor, OrderService, Services, SystemClock
 from orderflow_core.relay import EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
@@ -20,6 +21,7 @@ from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
+from orderflow_mocks.journal import JournalError
 from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
 
 log = logging.getLogger("orderflow")
@@ -30,6 +32,7 @@ STEPS_CHANNEL = "orderflow_steps"
 async def database_url(settings: Settings) -> AsyncIterator[str]:
     """The configured database, or the embedded one under ORDERFLOW_HOME for the block."""
     if settings.database_url:
+        await check_database(settings.database_url)
         yield settings.database_url
         return
     url = await asyncio.to_thread(start_embedded, settings.home)
@@ -78,12 +81,22 @@ async def simulated_services_if_needed(settings: Settings) -> AsyncIterator[str 
     if settings.external_services:
         yield None
         return
-    async with running_mocks(
-        "127.0.0.1",
-        settings.mocks_port,
-        latency_ms=settings.mocks_latency_ms,
-        hold_s=settings.mocks_hold_s,
-    ) as mocks:
+    async with AsyncExitStack() as stack:
+        mocks_context = running_mocks(
+            "127.0.0.1",
+            settings.mocks_port,
+            latency_ms=settings.mocks_latency_ms,
+            hold_s=settings.mocks_hold_s,
+            state_path=settings.mocks_state,
+        )
+        try:
+            mocks = await stack.enter_async_context(mocks_context)
+        except JournalError as exc:
+            raise StartupError(f"ORDERFLOW_MOCKS_STATE: {exc}") from None
+        except OSError as exc:
+            raise listen_error(
+                exc, "127.0.0.1", settings.mocks_port, "ORDERFLOW_MOCKS_PORT"
+            ) from None
         yield mocks.url
 
 
@@ -101,7 +114,12 @@ async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.http_host, settings.http_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise listen_error(
+                exc, settings.http_host, settings.http_port, "ORDERFLOW_HTTP_PORT"
+            ) from None
         port = runner.addresses[0][1]
         yield f"http://{settings.http_host}:{port}"
     finally:

@@ -1,4 +1,4 @@
-"""How a caller reads an answer of the external services (CONTRACT §4) into an `Outcome`.
+"""How a caller reads an answer of the external services into an `Outcome`.
 
 One table, shared by the HTTP clients and the in-process simulated adapters, so a test that
 passes in memory means the same thing over a socket.

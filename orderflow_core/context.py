@@ -14,7 +14,7 @@ from orderflow_core.retry import RetryPolicy
 
 @attrs.frozen
 class Timing:
-    """The durations of CONTRACT §2, all configurable, with the contract's defaults."""
+    """The durations of the lifecycle, all configurable, with their documented defaults."""
 
     reservation_ttl_s: float = 900.0
     lease_s: float = 30.0

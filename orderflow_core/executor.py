@@ -1,5 +1,5 @@
 """The executor: claims due steps, commits the intent, calls out under a deadline while renewing
-the lease, and commits the result only under the generation it claimed (CONTRACT §2, rule 6)."""
+the lease, and commits the result only under the generation it claimed (lifecycle rule 6)."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ class Executor:
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of
-        # returning (the `update` contract), so a following claim here was committed.
+        # returning (what `update` promises), so a following claim here was committed.
         return following
 
     async def _call_with_lease(self, claim: Claim, plan: CallPlan) -> Outcome:

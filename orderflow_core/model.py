@@ -102,7 +102,7 @@ class Step:
 
 @attrs.frozen
 class Refund:
-    """A refund: its own operation, state and idempotency key (CONTRACT §1 rule 3)."""
+    """A refund: its own operation, state and idempotency key (lifecycle rule 3)."""
 
     refund_id: UUID
     order_id: UUID
@@ -164,7 +164,7 @@ class HistoryEntry:
 
 @attrs.frozen
 class AuditEntry:
-    """Who did what to which order and step, when, with what outcome (CONTRACT §1 rule 5)."""
+    """Who did what to which order and step, when, with what outcome (lifecycle rule 5)."""
 
     order_id: UUID
     at: datetime
@@ -302,7 +302,7 @@ class OrderAggregate:
 
     @property
     def needs_attention(self) -> bool:
-        """Waiting for a person (CONTRACT §1): nothing will move this order by itself."""
+        """Waiting for a person (docs/lifecycle.md): nothing will move this order by itself."""
         return self.attention_reason is not None
 
     @property

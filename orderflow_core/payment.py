@@ -1,6 +1,6 @@
 """The money part of the saga: charge, reconciliation of an unknown outcome, reservation expiry.
 
-The rules this module exists to keep (CONTRACT §1–2): one key never makes two charges; a charge
+The rules this module exists to keep (docs/lifecycle.md): one key never makes two charges; a charge
 is re-sent only after the provider said no charge exists under its key; a reservation is never
 released while the payment outcome is unknown.
 """

@@ -1,4 +1,4 @@
-"""The retry policy of CONTRACT §2 as a pure function: a returned decision, never an exception."""
+"""The retry policy as a pure function: a returned decision, never an exception."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class RetryPolicy:
         random: Callable[[], float] | None = None,
     ) -> RetryDecision:
         """What to do after attempt number `attempt` of a `kind` step ended with `outcome`."""
-        del kind  # every kind shares the contract's schedule; kept for per-kind policies
+        del kind  # every kind shares one schedule; kept for per-kind policies
         if isinstance(outcome, Broken):
             return Block()
         if attempt >= self.attempts_per_budget:

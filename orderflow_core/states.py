@@ -6,7 +6,7 @@ import enum
 
 
 class OrderState(enum.StrEnum):
-    """Where an order is in its lifecycle (CONTRACT §1)."""
+    """Where an order is in its lifecycle (docs/lifecycle.md)."""
 
     CREATED = "created"  # accepted; the reserve step waits to run
     RESERVING = "reserving"  # the reserve step has started
@@ -78,7 +78,7 @@ class AttentionReason(enum.StrEnum):
 
 
 class RefundStatus(enum.StrEnum):
-    """A refund is its own operation with its own state (CONTRACT §1 rule 3)."""
+    """A refund is its own operation with its own state (lifecycle rule 3)."""
 
     REQUESTED = "requested"
     PROCESSING = "processing"

@@ -1,4 +1,4 @@
-"""The allowed transitions of the order lifecycle, as data (CONTRACT §1)."""
+"""The allowed transitions of the order lifecycle, as data (docs/lifecycle.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input rules of CONTRACT §3 that hold whatever the transport: items, keys, amounts."""
+"""Input rules of the API that hold whatever the transport: items, keys, amounts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outbound aiohttp clients of the warehouse, payments and shipping services (CONTRACT §4).
+"""Outbound aiohttp clients of the warehouse, payments and shipping services.
 
 Why: this is where a real integration plugs in. Each service gets its own `ClientSession` with
 its own connection limit, a bulkhead, the call deadline, and one classification: what was
@@ -172,7 +172,7 @@ class HttpService:
                 json=body,
                 headers=headers,
                 trace_request_ctx=progress,
-                allow_redirects=False,  # a redirect is not an answer of this contract: broken
+                allow_redirects=False,  # no service answers with a redirect: broken
             ) as response:
                 raw = await response.read()
                 status = response.status

@@ -1,4 +1,4 @@
-"""The simulated warehouse, payments and shipping services of CONTRACT §4 over HTTP."""
+"""The simulated warehouse, payments and shipping services over HTTP."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ MAX_BODY_BYTES = 64 * 1024
 def create_mocks_app(
     sim: Simulator | None = None, *, latency_ms: int = 0, hold_s: float = 5.0
 ) -> web.Application:
-    """The three simulated services of CONTRACT §4 and their control API on one application."""
+    """The three simulated services and their control API on one application."""
     if latency_ms < 0 or hold_s < 0:
         raise ValueError("latency_ms and hold_s must not be negative")
     app = web.Application(middlewares=[problems_middleware], client_max_size=MAX_BODY_BYTES)

@@ -16,7 +16,7 @@ from orderflow_core.testing.simulation import SimResponse
 from orderflow_mocks.problems import PROBLEM_JSON, Handler, json_object
 from orderflow_mocks.settings import SETTINGS_KEY, SIM_KEY
 
-# (method, path, service, operation) of CONTRACT §4.
+# (method, path, service, operation) of each simulated call (docs/simulated-services.md).
 SERVICE_ROUTES: tuple[tuple[str, str, str, str], ...] = (
     ("POST", "/warehouse/v1/reservations", "warehouse", "reserve"),
     ("POST", "/warehouse/v1/releases", "warehouse", "release"),

@@ -1,4 +1,4 @@
-"""Cancel, retry, reconcile and refund are allowed exactly where the contract allows them."""
+"""Cancel, retry, reconcile and refund are allowed exactly where the lifecycle allows them."""
 
 from __future__ import annotations
 

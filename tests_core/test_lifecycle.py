@@ -20,7 +20,7 @@ def world() -> World:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_each_scenario_ends_where_the_contract_says(world: World, name: str) -> None:
+def test_each_scenario_ends_where_the_lifecycle_says(world: World, name: str) -> None:
     order_id = SCENARIOS[name](world)
     visited = world.states_visited(order_id)
     for from_state, to_state in visited[1:]:

@@ -1,4 +1,4 @@
-"""The retry policy of CONTRACT §2: 1, 2, 4, 8 s, five attempts, Retry-After capped, jitter."""
+"""The retry policy: 1, 2, 4, 8 s, five attempts, Retry-After capped, jitter."""
 
 from __future__ import annotations
 

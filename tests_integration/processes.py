@@ -87,6 +87,25 @@ class Proc:
             self.popen.stdout.close()
 
 
+def run_cli(
+    args: list[str], env: dict[str, str], timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m orderflow ARGS` (what the `orderflow` script runs) to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "orderflow", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def output_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The non-empty lines a finished command wrote to stdout and stderr."""
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+
+
 def http(method: str, url: str, body: Any = None, **headers: str) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers=headers)

@@ -77,7 +77,7 @@ def test_operation_ids_are_unique_and_path_parameters_are_declared() -> None:
         assert declared == set(re.findall(r"\{(\w+)\}", path))
 
 
-def test_the_document_lists_every_error_code_of_the_contract() -> None:
+def test_the_document_lists_every_error_code_the_api_answers() -> None:
     codes = {code for ref in _enums(DOC["paths"]) for code in ref}
     assert codes >= {
         "unauthenticated",

@@ -1,4 +1,4 @@
-"""Who may do what (CONTRACT §3): no token, a bad token, the owner, another customer, an operator.
+"""Who may do what: no token, a bad token, the owner, another customer, an operator.
 
 Every cell uses a fresh order owned by `customer` in `created`, so a cell's answer depends only on
 who asks. "Allowed" cells answer what the state allows (a retry with nothing failed is 409).

@@ -1,4 +1,4 @@
-"""The simulated services over real sockets: the wire of CONTRACT §4 and its control API."""
+"""The simulated services over real sockets: their wire and their control API."""
 
 from __future__ import annotations
 

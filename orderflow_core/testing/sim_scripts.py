@@ -19,7 +19,7 @@ class ScriptedOutcome:
 
 
 def check_operation(service: str, operation: str) -> None:
-    """Raise ValueError unless `operation` is one of `service`'s (CONTRACT §4)."""
+    """Raise ValueError unless `operation` is one of `service`'s."""
     if service not in OPERATIONS:
         raise ValueError(f"unknown service {service!r}; expected one of {sorted(OPERATIONS)}")
     if operation not in OPERATIONS[service]:

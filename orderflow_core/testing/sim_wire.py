@@ -14,7 +14,7 @@ import attrs
 
 Disposition = Literal["answer", "timeout", "lost_response"]
 
-# The scripted outcome kinds of CONTRACT §4.
+# The scripted outcome kinds (docs/simulated-services.md).
 OUTCOME_KINDS = frozenset(
     {"success", "transient", "permanent", "timeout", "lost_response", "pending"}
 )
@@ -69,7 +69,7 @@ def fingerprint(body: Mapping[str, Any]) -> str:
 
 
 def check_idempotency_key(key: str | None) -> str:
-    """1-255 visible ASCII characters, as for the REST API (CONTRACT §3)."""
+    """1-255 visible ASCII characters, as for the REST API."""
     if key is None or key == "":
         raise InvalidRequestError(400, "idempotency_key_required", "Idempotency-Key is required")
     if len(key) > 255 or not all(33 <= ord(ch) <= 126 for ch in key):

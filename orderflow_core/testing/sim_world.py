@@ -1,7 +1,8 @@
 """The state of the simulated world: stock held, money moved, parcels sent, refunds paid.
 
-Each method applies one operation of CONTRACT §4 that the idempotency layer let through and
-says, in its `SimResponse`, whether the world changed.
+Each method applies one operation of the simulated services that the idempotency layer let
+through and says, in its `SimResponse`, whether the world changed. Every change is also noted
+as a plain-data entry, so a journal can keep the world across a restart.
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def _created(status: int, body: dict[str, Any]) -> SimResponse:
     return SimResponse(status=status, body=body, effect_applied=True)
 
 
+# The record class of each table, for rebuilding the world from journal entries.
+TABLES: Mapping[str, type[Any]] = {
+    "reservations": SimReservation,
+    "tombstones": SimTombstone,
+    "charges": SimCharge,
+    "shipments": SimShipment,
+    "refunds": SimRefund,
+}
+
+
 class SimWorld:
     """Everything the three services hold; ids come from the injected `new_id`."""
 
@@ -81,6 +92,28 @@ class SimWorld:
         self.charges: dict[str, SimCharge] = {}
         self.shipments: dict[str, SimShipment] = {}
         self.refunds: dict[str, SimRefund] = {}
+        self._changed: list[tuple[str, str]] = []
+
+    def _put(self, table: str, key: str, record: Any) -> None:
+        getattr(self, table)[key] = record
+        self._changed.append((table, key))
+
+    def take_changes(self) -> list[dict[str, Any]]:
+        """The records changed since the last call, as journal entries (each once, newest)."""
+        changed, self._changed = dict.fromkeys(self._changed), []
+        return [self._entry(table, key) for table, key in changed]
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every record as a journal entry: the whole world, to write a fresh journal."""
+        return [self._entry(table, key) for table in TABLES for key in getattr(self, table)]
+
+    def _entry(self, table: str, key: str) -> dict[str, Any]:
+        return {"table": table, "key": key, "value": attrs.asdict(getattr(self, table)[key])}
+
+    def restore(self, entry: Mapping[str, Any]) -> None:
+        """Put back one record from a journal entry written by `take_changes` or `entries`."""
+        table = entry["table"]
+        getattr(self, table)[entry["key"]] = TABLES[table](**entry["value"])
 
     def reserve(self, key: str, body: Mapping[str, Any]) -> SimResponse:
         if key in self.tombstones:
@@ -88,7 +121,7 @@ class SimWorld:
                 409, "reservation_key_released", "this key was released before it was reserved"
             )
         reservation = SimReservation(body["order_id"], key, f"res-{self._new_id()}", "held")
-        self.reservations[key] = reservation
+        self._put("reservations", key, reservation)
         return _created(201, {"reservation_id": reservation.reservation_id, "status": "held"})
 
     def release(self, key: str, body: Mapping[str, Any]) -> SimResponse:
@@ -96,19 +129,18 @@ class SimWorld:
         target: str = body["reservation_key"]
         reservation = self.reservations.get(target)
         if reservation is not None and reservation.status == "held":
-            self.reservations[target] = attrs.evolve(reservation, status="released")
+            self._put("reservations", target, attrs.evolve(reservation, status="released"))
             return _created(200, {"status": "released"})
         if reservation is None and target not in self.tombstones:
-            self.tombstones[target] = SimTombstone(body["order_id"], target)
+            self._put("tombstones", target, SimTombstone(body["order_id"], target))
             return _created(200, {"status": "nothing_to_release"})
         return SimResponse(status=200, body={"status": "nothing_to_release"})
 
     def charge(self, key: str, body: Mapping[str, Any], *, pending: bool) -> SimResponse:
         reference = None if pending else f"pay-{self._new_id()}"
         status = "pending" if pending else "succeeded"
-        self.charges[key] = SimCharge(
-            body["order_id"], key, body["amount_minor"], reference, status
-        )
+        charge = SimCharge(body["order_id"], key, body["amount_minor"], reference, status)
+        self._put("charges", key, charge)
         if pending:
             return _created(202, {"status": "pending"})
         return _created(201, {"payment_reference": reference, "status": "succeeded"})
@@ -134,12 +166,12 @@ class SimWorld:
         if amount > charge.amount_minor - refunded:
             return problem(409, "refund_rejected", "the amount exceeds what is left to refund")
         refund = SimRefund(body["order_id"], key, reference, f"rfd-{self._new_id()}", amount)
-        self.refunds[key] = refund
+        self._put("refunds", key, refund)
         return _created(201, {"refund_reference": refund.refund_reference, "status": "succeeded"})
 
     def ship(self, key: str, body: Mapping[str, Any]) -> SimResponse:
         shipment = SimShipment(body["order_id"], key, f"shp-{self._new_id()}")
-        self.shipments[key] = shipment
+        self._put("shipments", key, shipment)
         return _created(201, {"shipment_id": shipment.shipment_id})
 
     def settle(self, charge_key: str, status: str) -> SimCharge:
@@ -151,11 +183,11 @@ class SimWorld:
             raise ValueError(f"the charge is already {charge.status}")
         reference = f"pay-{self._new_id()}" if status == "succeeded" else None
         settled = attrs.evolve(charge, status=status, payment_reference=reference)
-        self.charges[charge_key] = settled
+        self._put("charges", charge_key, settled)
         return settled
 
     def effects(self, order_id: str | None) -> dict[str, list[dict[str, Any]]]:
-        """The effects part of the ledger (CONTRACT §4), optionally for one order."""
+        """The effects part of the ledger, optionally for one order."""
 
         def rows(records: Mapping[str, Any]) -> list[dict[str, Any]]:
             return [

@@ -1,15 +1,19 @@
-"""A pure, in-process simulation of the warehouse, payments and shipping of CONTRACT §4.
+"""A pure, in-process simulation of the warehouse, payments and shipping services.
 
 Why it exists: every failure the saga must survive (refusal, 5xx, timeout, lost response, a
 pending charge, a late reservation) can be rehearsed deterministically — in memory by the core
 tests and, wrapped 1:1 by `orderflow_mocks`, over real sockets. It is synchronous and every call
 of `handle` is atomic, so one event loop may call it from many requests at once.
+
+Every change (effects, stored answers, ledger lines) is handed, as plain data, to an optional
+`journal` before the call returns, so a journal that is written durably keeps what the services
+did across a restart (`entries` and `restore` rebuild it).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -27,7 +31,10 @@ from orderflow_core.testing.sim_wire import (
 )
 from orderflow_core.testing.sim_world import PERMANENT_ANSWERS, SimWorld
 
-__all__ = ["SimResponse", "Simulator"]
+__all__ = ["Journal", "SimResponse", "Simulator"]
+
+# Receives the entries of one change; raising makes the call fail (nothing is answered).
+Journal = Callable[[list[dict[str, Any]]], None]
 
 
 def _system_now() -> datetime:
@@ -84,17 +91,52 @@ class Simulator:
         *,
         now: Callable[[], datetime] = _system_now,
         new_id: Callable[[], str] = _uuid4_text,
+        journal: Journal | None = None,
     ) -> None:
         self._now = now
         self._new_id = new_id
-        self.reset()
+        self._forget()
+        self.journal = journal
 
-    def reset(self) -> None:
-        """Forget all state, scripts, stored answers and the ledger."""
+    def _forget(self) -> None:
         self._world = SimWorld(self._new_id)
         self._scripts = ScriptBook()
         self._stored: dict[tuple[str, str, str], _Stored] = {}
+        self._new_stored: list[tuple[str, str, str]] = []
         self._calls: list[_Call] = []
+
+    def reset(self) -> None:
+        """Forget all state, scripts, stored answers and the ledger."""
+        self._forget()
+        self._write([{"reset": True}])
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The whole state but the scripts, as journal entries (`restore` reads them back)."""
+        stored = [self._stored_entry(key) for key in self._stored]
+        calls = [{"call": attrs.asdict(call)} for call in self._calls]
+        return self._world.entries() + stored + calls
+
+    def restore(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        """Apply journal entries in order (without journaling them again)."""
+        for entry in entries:
+            if entry.get("reset"):
+                self._forget()
+            elif "call" in entry:
+                self._calls.append(_Call(**entry["call"]))
+            elif entry.get("table") == "stored":
+                value = entry["value"]
+                service, operation, key = entry["key"]
+                response = SimResponse(**value["response"])
+                self._stored[(service, operation, key)] = _Stored(value["fingerprint"], response)
+            else:
+                self._world.restore(entry)
+
+    def _stored_entry(self, key: tuple[str, str, str]) -> dict[str, Any]:
+        return {"table": "stored", "key": list(key), "value": attrs.asdict(self._stored[key])}
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        if self.journal is not None:
+            self.journal(entries)
 
     def script(
         self,
@@ -112,10 +154,12 @@ class Simulator:
 
         Raises KeyError for an unknown key and ValueError for a charge that is not pending.
         """
-        return attrs.asdict(self._world.settle(idempotency_key, status))
+        settled = attrs.asdict(self._world.settle(idempotency_key, status))
+        self._write(self._world.take_changes())
+        return settled
 
     def ledger(self, order_id: str | None = None) -> dict[str, Any]:
-        """Every call and every effect (CONTRACT §4), optionally only those of one order."""
+        """Every call and every effect, optionally only those of one order."""
         calls = [attrs.asdict(c) for c in self._calls if order_id is None or c.order_id == order_id]
         return {
             "calls": calls,
@@ -205,6 +249,7 @@ class Simulator:
             return attrs.evolve(stored.response, effect_applied=False), True
         response = self._apply(operation, key, body, pending=pending)
         self._stored[(service, operation, key)] = _Stored(fingerprint_, response)
+        self._new_stored.append((service, operation, key))
         return response, False
 
     def _apply(
@@ -238,6 +283,14 @@ class Simulator:
                 status=response.status if answered else None,
                 replayed=replayed,
             )
+        )
+        stored, self._new_stored = self._new_stored, []
+        self._write(
+            [
+                *self._world.take_changes(),
+                *(self._stored_entry(key) for key in stored),
+                {"call": attrs.asdict(self._calls[-1])},
+            ]
         )
 
 

@@ -1,4 +1,4 @@
-"""The REST surface of orderflow (CONTRACT §3): an aiohttp app over the core's `OrderService`."""
+"""The REST surface of orderflow (docs/rest-api.md): aiohttp over the core's `OrderService`."""
 
 from __future__ import annotations
 

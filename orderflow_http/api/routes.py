@@ -1,4 +1,4 @@
-"""The route table of the REST API: one line per operation of CONTRACT §3."""
+"""The route table of the REST API: one line per operation of the API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The JSON representations of CONTRACT §3: orders, steps, refunds, audit entries, events.
+"""The JSON representations of the REST API: orders, steps, refunds, audit entries, events.
 
 Why here and not on the model: the core's values stay free of any wire format; this module is
 the one place that decides field names, UTC timestamps and integer amounts on the wire.
@@ -69,7 +69,7 @@ def attempt(one: Attempt) -> Json:
 
 
 def step(one: Step) -> Json:
-    """A step with its attempts, as CONTRACT §3 lists the fields."""
+    """A step with its attempts, with the fields docs/rest-api.md lists."""
     return {
         "step_id": str(one.step_id),
         "kind": one.kind.value,

@@ -16,7 +16,7 @@ from tests_core.world import CUSTOMER, OPERATOR
 pytestmark = pytest.mark.postgres
 S = OrderState
 
-# Which states each command is refused in with 409 invalid_transition (CONTRACT §1, §3).
+# Which states each command is refused in with 409 invalid_transition (docs/lifecycle.md).
 CANCEL_OK = {"created", "reserving_stopped", "reserved", "cancelling", "cancelled"}
 RECONCILE_OK = {"payment_unknown"}
 REFUND_OK = {"shipped", "shipping_failed"}
@@ -29,7 +29,7 @@ def _reached(stack: Stack) -> set[tuple[S, S]]:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_each_named_scenario_ends_where_the_contract_says_on_the_real_stack(
+def test_each_named_scenario_ends_where_the_lifecycle_says_on_the_real_stack(
     stack: Stack, name: str
 ) -> None:
     SCENARIOS[name](stack)  # type: ignore[arg-type]  # Stack speaks World's language
