@@ -11,7 +11,7 @@ import pytest
 from api_harness import live, make_world
 
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import OrderAggregate
+from orderflow_core.model import HistoryEntry, OrderAggregate
 from orderflow_core.testing import InMemoryOrderStore
 
 
@@ -28,6 +28,13 @@ class FailingStore(InMemoryOrderStore):
         if self.armed and not self.updates_only:
             raise self.failure
         return await super().load(order_id)
+
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        if self.armed and not self.updates_only:
+            raise self.failure
+        return await super().load_with_history(order_id)
 
     async def update(self, order_id: UUID, decide: Any) -> Any:
         if self.armed:

@@ -2,6 +2,11 @@
 
 Why so thin: roles, visibility, idempotency and every business rule live in the core's
 `OrderService`; a handler only translates HTTP to a call and the result back to HTTP.
+
+Check order: the token (401), then the role (403, through `allowed`), then headers, path and
+query (400, 404 for an id that names no order), then the body: its media type (415), size (413),
+JSON syntax (400) and rules (422). A caller who may not do something learns that first, and
+the body of a request that is refused anyway is never read.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import logging
 from aiohttp import web
 
 from orderflow_core.model import Principal
+from orderflow_core.validation import check_idempotency_key
 from orderflow_http.api import appkeys, bodies, parse, serialize
 from orderflow_http.api.problems import problem_response
 from orderflow_http.api.serialize import dumps
@@ -40,10 +46,17 @@ async def caller(request: web.Request) -> Principal:
     return await request.app[appkeys.SERVICE].authenticate(bearer or None)
 
 
+async def allowed(request: web.Request, operation: str) -> Principal:
+    """The caller (401 if none), who must have a role that may ask for `operation` (403)."""
+    principal = await caller(request)
+    request.app[appkeys.SERVICE].authorize(principal, operation)
+    return principal
+
+
 async def create_order(request: web.Request) -> web.Response:
     """POST /api/v1/orders → 202 + Location; a replay adds Idempotent-Replayed: true."""
-    principal = await caller(request)
-    key = parse.idempotency_key(request)
+    principal = await allowed(request, "create_order")
+    key = check_idempotency_key(parse.idempotency_key(request))
     value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
     items, currency = bodies.create_order(value)
     service = request.app[appkeys.SERVICE]
@@ -55,14 +68,14 @@ async def create_order(request: web.Request) -> web.Response:
 
 async def get_order(request: web.Request) -> web.Response:
     """GET /api/v1/orders/{order_id}: the full order (owner or operator)."""
-    principal = await caller(request)
+    principal = await allowed(request, "get_order")
     view = await request.app[appkeys.SERVICE].get_order(principal, parse.order_id(request))
     return _json(serialize.order(view))
 
 
 async def list_orders(request: web.Request) -> web.Response:
     """GET /api/v1/orders: newest first, `limit` per page, `cursor` from the previous page."""
-    principal = await caller(request)
+    principal = await allowed(request, "list_orders")
     params = parse.query(request, frozenset({"state", "limit", "cursor"}))
     orders, next_cursor = await request.app[appkeys.SERVICE].list_orders(
         principal,
@@ -75,30 +88,30 @@ async def list_orders(request: web.Request) -> web.Response:
 
 async def cancel(request: web.Request) -> web.Response:
     """POST …/cancel: 200 when cancelled at once (or already), 202 when a release runs first."""
-    principal = await caller(request)
+    principal = await allowed(request, "cancel")
     view, result = await request.app[appkeys.SERVICE].cancel(principal, parse.order_id(request))
     return _json(serialize.order(view), 202 if result == "cancelling" else 200)
 
 
 async def retry(request: web.Request) -> web.Response:
     """POST …/retry: the current step is re-armed; the executor runs it later (202)."""
-    principal = await caller(request)
+    principal = await allowed(request, "retry")
     view = await request.app[appkeys.SERVICE].retry(principal, parse.order_id(request))
     return _json(serialize.order(view), 202)
 
 
 async def reconcile(request: web.Request) -> web.Response:
     """POST …/reconcile: a status check of the charge is queued (202)."""
-    principal = await caller(request)
+    principal = await allowed(request, "reconcile")
     view = await request.app[appkeys.SERVICE].reconcile(principal, parse.order_id(request))
     return _json(serialize.order(view), 202)
 
 
 async def request_refund(request: web.Request) -> web.Response:
     """POST …/refunds: 202 + the refund; a replay adds Idempotent-Replayed: true."""
-    principal = await caller(request)
+    principal = await allowed(request, "request_refund")
     order_id = parse.order_id(request)
-    key = parse.idempotency_key(request)
+    key = check_idempotency_key(parse.idempotency_key(request))
     value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
     amount, reason = bodies.refund(value)
     found, replayed = await request.app[appkeys.SERVICE].request_refund(
@@ -109,7 +122,7 @@ async def request_refund(request: web.Request) -> web.Response:
 
 async def audit(request: web.Request) -> web.Response:
     """GET …/audit: the order's audit entries, oldest first (operator)."""
-    principal = await caller(request)
+    principal = await allowed(request, "audit")
     order_id = parse.order_id(request)
     entries = await request.app[appkeys.SERVICE].audit(principal, order_id)
     return _json(
@@ -119,7 +132,7 @@ async def audit(request: web.Request) -> web.Response:
 
 async def events(request: web.Request) -> web.Response:
     """GET /api/v1/events: the outbox feed after `after`, oldest first (operator)."""
-    principal = await caller(request)
+    principal = await allowed(request, "events")
     params = parse.query(request, frozenset({"after", "limit"}))
     after = parse.query_int(params, "after", 0)
     limit = parse.query_int(params, "limit", DEFAULT_EVENTS)
