@@ -15,10 +15,11 @@ import logging
 
 from aiohttp import web
 
+from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Principal
 from orderflow_core.validation import check_idempotency_key
 from orderflow_http.api import appkeys, bodies, parse, serialize
-from orderflow_http.api.problems import problem_response
+from orderflow_http.api.problems import problem_response, redact
 from orderflow_http.api.serialize import dumps
 
 log = logging.getLogger("orderflow.http.api")
@@ -150,6 +151,9 @@ async def readyz(request: web.Request) -> web.Response:
     """GET /readyz: 200 when the readiness check passes, else 503 `not_ready`."""
     try:
         ready = await request.app[appkeys.READINESS]()
+    except StoreUnavailable as exc:  # an outage, not a bug: one line, no traceback
+        log.warning("not ready: %s", redact(exc.detail))
+        ready = False
     except Exception:
         log.exception("readiness check failed")
         ready = False

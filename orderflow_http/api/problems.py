@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -46,6 +47,23 @@ TITLES: Mapping[str, str] = {
     "not_ready": "Not ready",
     "internal_error": "Internal error",
 }
+
+# What a client is told when the store did not answer: what it can act on. The store's own
+# words (which operation, which driver exception) go to the log, never to the client.
+UNAVAILABLE_DETAIL = (
+    "the service could not reach its database in time; try again after Retry-After seconds "
+    "(a request sent with an Idempotency-Key is safe to repeat with the same key)"
+)
+# A password in a URL (scheme://user:secret@) or a libpq `password=` pair.
+_SECRETS = re.compile(r"(?P<keep>://[^:/@\s]*:)[^@\s]*@|(?P<pair>password\s*=\s*)\S+", re.I)
+
+
+def redact(text: str) -> str:
+    """`text` without the passwords a connection string or URL in it might carry."""
+    return _SECRETS.sub(
+        lambda m: f"{m['keep']}***@" if m["keep"] else f"{m['pair']}***", text
+    )
+
 
 # aiohttp's own HTTP exceptions (unknown route, wrong method, its body limit) by status.
 HTTP_CODES: Mapping[int, str] = {
@@ -107,6 +125,14 @@ def _internal_error(request: web.Request) -> web.Response:
     )
 
 
+def _unavailable(request: web.Request, exc: OrderflowError) -> web.Response:
+    # One line, no traceback: an outage is expected operation, not a bug in this process.
+    log.warning(
+        "%s %s answered 503 %s: %s", request.method, request.path, exc.code, redact(exc.detail)
+    )
+    return problem_response(503, exc.code, UNAVAILABLE_DETAIL)
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Translate whatever a handler raises into problem+json; unknown failures into a 500."""
@@ -115,7 +141,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except asyncio.CancelledError:
         raise
     except OrderflowError as exc:
-        if exc.status >= 500 and exc.status != 503:
+        if exc.status == 503:
+            return _unavailable(request, exc)
+        if exc.status >= 500:
             return _internal_error(request)
         return problem_response(exc.status, exc.code, exc.detail, exc.extra)
     except web.HTTPException as exc:
