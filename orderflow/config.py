@@ -22,6 +22,19 @@ class ConfigError(Exception):
 
 
 @attrs.frozen
+class HttpLimits:
+    """The API server's deadlines and limits against slow or hostile clients (the fields of
+    `orderflow_http.api.server.ServerLimits`, read here without importing aiohttp)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 15.0
+    keepalive_s: float = 15.0
+    max_connections: int = 1000
+    max_line_bytes: int = 8190
+    max_headers: int = 100
+
+
+@attrs.frozen
 class Settings:
     """Everything the processes read from the environment, parsed and checked."""
 
@@ -44,6 +57,7 @@ class Settings:
     bulkhead_policy: str
     token_cache_s: float
     timing: Timing
+    http_limits: HttpLimits = HttpLimits()
 
     @property
     def external_services(self) -> bool:
@@ -164,7 +178,35 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         bulkhead_policy=_get(env, "ORDERFLOW_BULKHEAD_POLICY", _policy, "queue"),
         token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
+        http_limits=_http_limits(env),
     )
+
+
+def _http_limits(env: Mapping[str, str]) -> HttpLimits:
+    default = HttpLimits()
+    return HttpLimits(
+        header_timeout_s=_get(
+            env, "ORDERFLOW_HTTP_HEADER_TIMEOUT_S", _positive, default.header_timeout_s
+        ),
+        body_timeout_s=_get(
+            env, "ORDERFLOW_HTTP_BODY_TIMEOUT_S", _positive, default.body_timeout_s
+        ),
+        keepalive_s=_get(env, "ORDERFLOW_HTTP_KEEPALIVE_S", _positive, default.keepalive_s),
+        max_connections=_get(
+            env, "ORDERFLOW_HTTP_MAX_CONNECTIONS", _positive_int, default.max_connections
+        ),
+        max_line_bytes=_get(
+            env, "ORDERFLOW_HTTP_MAX_LINE_BYTES", _line_bytes, default.max_line_bytes
+        ),
+        max_headers=_get(env, "ORDERFLOW_HTTP_MAX_HEADERS", _positive_int, default.max_headers),
+    )
+
+
+def _line_bytes(value: str) -> int:
+    number = int(value)
+    if not 256 <= number <= 1024 * 1024:
+        raise ValueError("must be a number of bytes from 256 to 1048576")
+    return number
 
 
 def _timing(env: Mapping[str, str]) -> Timing:

@@ -8,8 +8,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import attrs
 import psycopg
-from aiohttp import web
 from psycopg import sql
 
 from orderflow.config import Settings
@@ -18,6 +18,7 @@ from orderflow_core.relay import EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
+from orderflow_http.api.server import ServerLimits, serving
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
 from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
@@ -97,15 +98,10 @@ async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[
     async def ready() -> bool:
         return await store.ping() and await store.migrations_current()
 
-    runner = web.AppRunner(create_app(service, readiness=ready), access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, settings.http_host, settings.http_port)
-        await site.start()
-        port = runner.addresses[0][1]
+    limits = ServerLimits(**attrs.asdict(settings.http_limits))
+    app = create_app(service, readiness=ready, body_timeout_s=limits.body_timeout_s)
+    async with serving(app, settings.http_host, settings.http_port, limits) as (_, port):
         yield f"http://{settings.http_host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 async def run_workers(

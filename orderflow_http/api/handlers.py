@@ -54,11 +54,16 @@ async def allowed(request: web.Request, operation: str) -> Principal:
     return principal
 
 
+async def _body(request: web.Request) -> object:
+    app = request.app
+    return await parse.json_body(request, app[appkeys.MAX_BODY], app[appkeys.BODY_TIMEOUT])
+
+
 async def create_order(request: web.Request) -> web.Response:
     """POST /api/v1/orders → 202 + Location; a replay adds Idempotent-Replayed: true."""
     principal = await allowed(request, "create_order")
     key = check_idempotency_key(parse.idempotency_key(request))
-    value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
+    value = await _body(request)
     items, currency = bodies.create_order(value)
     service = request.app[appkeys.SERVICE]
     view, replayed = await service.create_order(principal, key, items, currency)
@@ -113,7 +118,7 @@ async def request_refund(request: web.Request) -> web.Response:
     principal = await allowed(request, "request_refund")
     order_id = parse.order_id(request)
     key = check_idempotency_key(parse.idempotency_key(request))
-    value = await parse.json_body(request, request.app[appkeys.MAX_BODY])
+    value = await _body(request)
     amount, reason = bodies.refund(value)
     found, replayed = await request.app[appkeys.SERVICE].request_refund(
         principal, order_id, key, amount, reason

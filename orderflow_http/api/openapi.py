@@ -52,6 +52,7 @@ def _errors(
         400: _problem("bad request", *bad_request),
         403: _problem("the caller's role may not do this", "forbidden"),
         404: _problem("no such order, or another customer's", "not_found"),
+        408: _problem("the body did not arrive within the body timeout", "request_timeout"),
         409: _problem("not allowed now", *conflict, "concurrent_update"),
         413: _problem("body over 64 KiB", "payload_too_large"),
         415: _problem("body not application/json", "unsupported_media_type"),
@@ -68,7 +69,7 @@ def _errors(
     return responses
 
 
-BODY_ERRORS = (400, 403, 404, 409, 413, 415, 422)
+BODY_ERRORS = (400, 403, 404, 408, 409, 413, 415, 422)
 KEY_ERRORS = ("malformed_json", "idempotency_key_required", "invalid_idempotency_key")
 
 
@@ -85,6 +86,7 @@ def _create_order() -> Operation:
             **_errors(
                 400,
                 403,
+                408,
                 409,
                 413,
                 415,

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from orderflow_core.errors import OrderflowError
+from orderflow_http.api.parse import ClientGone
 from orderflow_http.api.serialize import dumps
 
 log = logging.getLogger("orderflow.http.api")
@@ -43,6 +44,9 @@ TITLES: Mapping[str, str] = {
     "malformed_json": "Malformed JSON",
     "unsupported_media_type": "Unsupported media type",
     "payload_too_large": "Payload too large",
+    "request_timeout": "Request not received in time",
+    "bad_request": "Bad request",
+    "too_many_connections": "Too many connections",
     "store_unavailable": "Storage unavailable",
     "not_ready": "Not ready",
     "internal_error": "Internal error",
@@ -80,14 +84,10 @@ def problem_type(code: str) -> str:
     return f"urn:orderflow:problem:{code}"
 
 
-def problem_response(
-    status: int,
-    code: str,
-    detail: str,
-    extra: Mapping[str, Any] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> web.Response:
-    """The problem+json answer for one error."""
+def problem_body(
+    status: int, code: str, detail: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The RFC 9457 object of one error."""
     title = TITLES.get(code) or HTTPStatus(status).phrase
     body: dict[str, Any] = {
         "type": problem_type(code),
@@ -97,6 +97,18 @@ def problem_response(
         "code": code,
     }
     body.update(extra or {})
+    return body
+
+
+def problem_response(
+    status: int,
+    code: str,
+    detail: str,
+    extra: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """The problem+json answer for one error."""
+    body = problem_body(status, code, detail, extra)
     all_headers = dict(headers or {})
     if status == 401:
         all_headers["WWW-Authenticate"] = 'Bearer realm="orderflow"'
@@ -140,12 +152,19 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         return await handler(request)
     except asyncio.CancelledError:
         raise
+    except ClientGone as exc:
+        # Not an error of ours, and nobody is left to read an answer: one quiet line.
+        log.debug("%s %s: the client went away mid-body (%s)", request.method, request.path, exc)
+        return problem_response(400, "bad_request", "the connection closed mid-body")
     except OrderflowError as exc:
         if exc.status == 503:
             return _unavailable(request, exc)
         if exc.status >= 500:
             return _internal_error(request)
-        return problem_response(exc.status, exc.code, exc.detail, exc.extra)
+        response = problem_response(exc.status, exc.code, exc.detail, exc.extra)
+        if exc.status == 408:
+            response.force_close()  # the rest of a body that came too slowly is not awaited
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
