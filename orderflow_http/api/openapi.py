@@ -24,7 +24,8 @@ Operation = dict[str, Any]
 PROBLEM = "application/problem+json"
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 ORDER = "/api/v1/orders/{order_id}"
-STORE_DOWN = ("store_unavailable",)
+# The connection cap's 503 comes before any request is read, so any operation may see it.
+STORE_DOWN = ("store_unavailable", "too_many_connections")
 
 
 def _content(schema: Schema, media: str = "application/json") -> dict[str, Any]:
@@ -65,7 +66,10 @@ def _errors(
     responses = {str(s): catalogue[s] for s in statuses}
     responses["401"] = _problem("missing or unknown bearer token", "unauthenticated")
     responses["500"] = _problem("unexpected failure; error_id is in the log", "internal_error")
-    responses["503"] = _problem("the store is unreachable; retry later", *STORE_DOWN)
+    responses["503"] = _problem(
+        "the store is unreachable, or the server is at its connection cap; retry later",
+        *STORE_DOWN,
+    )
     return responses
 
 
