@@ -148,8 +148,12 @@ class _Connection(RequestHandler):
     def _waiting_for_head(self) -> bool:
         """Whether the connection waits for a request whose head has not fully arrived (not
         mid-body, not draining an unread body: then the body deadline applies)."""
+        if self._messages:
+            return False
+        if self._request_count == 0:  # the first request (its loop may not be waiting yet)
+            return True
         waiter = self._waiter
-        return waiter is not None and not waiter.done() and not self._messages
+        return waiter is not None and not waiter.done()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
