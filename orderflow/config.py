@@ -25,6 +25,19 @@ class ConfigError(Exception):
 
 
 @attrs.frozen
+class HttpLimits:
+    """The API server's deadlines and limits against slow or hostile clients (the fields of
+    `orderflow_http.api.server.ServerLimits`, read here without importing aiohttp)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 15.0
+    keepalive_s: float = 15.0
+    max_connections: int = 1000
+    max_line_bytes: int = 8190
+    max_headers: int = 100
+
+
+@attrs.frozen
 class Settings:
     """Everything the processes read from the environment, parsed and checked."""
 
@@ -50,6 +63,7 @@ class Settings:
     timing: Timing
     event_loop: str = "uvloop"
     log_format: str = "text"
+    http_limits: HttpLimits = HttpLimits()
 
     @property
     def external_services(self) -> bool:
@@ -294,6 +308,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         timing=timing,
         event_loop=_get(env, "ORDERFLOW_EVENT_LOOP", _event_loop, "uvloop"),
         log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
+        http_limits=_http_limits(env),
     )
 
 
@@ -301,6 +316,34 @@ def _event_loop(raw: str) -> str:
     if raw not in ("uvloop", "asyncio"):
         raise ValueError("must be uvloop or asyncio")
     return raw
+
+
+def _http_limits(env: Mapping[str, str]) -> HttpLimits:
+    default = HttpLimits()
+    return HttpLimits(
+        header_timeout_s=_get(
+            env, "ORDERFLOW_HTTP_HEADER_TIMEOUT_S", _positive, default.header_timeout_s
+        ),
+        body_timeout_s=_get(
+            env, "ORDERFLOW_HTTP_BODY_TIMEOUT_S", _positive, default.body_timeout_s
+        ),
+        keepalive_s=_get(env, "ORDERFLOW_HTTP_KEEPALIVE_S", _positive, default.keepalive_s),
+        max_connections=_get(
+            env, "ORDERFLOW_HTTP_MAX_CONNECTIONS", _positive_int, default.max_connections
+        ),
+        max_line_bytes=_get(
+            env, "ORDERFLOW_HTTP_MAX_LINE_BYTES", _line_bytes, default.max_line_bytes
+        ),
+        max_headers=_get(env, "ORDERFLOW_HTTP_MAX_HEADERS", _positive_int, default.max_headers),
+    )
+
+
+def _line_bytes(value: str) -> int:
+    expected = "expected a number of bytes from 256 to 1048576"
+    number = _number(value, int, expected)
+    if not 256 <= number <= 1024 * 1024:
+        raise ValueError(expected)
+    return number
 
 
 def _timing(env: Mapping[str, str]) -> Timing:

@@ -8,8 +8,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import attrs
 import psycopg
-from aiohttp import web
 from psycopg import sql
 
 from orderflow.config import Settings
@@ -19,6 +19,7 @@ from orderflow_core.relay import EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
+from orderflow_http.api.server import ServerLimits, serving
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
 from orderflow_mocks.journal import JournalError
@@ -110,20 +111,18 @@ async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[
     async def ready() -> bool:
         return await store.ping() and await store.migrations_current()
 
-    runner = web.AppRunner(create_app(service, readiness=ready), access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, settings.http_host, settings.http_port)
+    limits = ServerLimits(**attrs.asdict(settings.http_limits))
+    app = create_app(service, readiness=ready, body_timeout_s=limits.body_timeout_s)
+    async with AsyncExitStack() as stack:
         try:
-            await site.start()
+            _, port = await stack.enter_async_context(
+                serving(app, settings.http_host, settings.http_port, limits)
+            )
         except OSError as exc:
             raise listen_error(
                 exc, settings.http_host, settings.http_port, "ORDERFLOW_HTTP_PORT"
             ) from None
-        port = runner.addresses[0][1]
         yield f"http://{settings.http_host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 async def run_workers(

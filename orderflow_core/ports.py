@@ -164,6 +164,13 @@ class OrderStore(Protocol):
         """The order with its steps (and their attempts) and refunds."""
         ...
 
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        """The aggregate and its history, oldest first, as of one moment: no change committed
+        between reading the one and the other, so the order's state is its last entry's."""
+        ...
+
     async def history(self, order_id: UUID) -> list[HistoryEntry]:
         """Every transition of the order, oldest first."""
         ...

@@ -7,7 +7,7 @@ import binascii
 import hashlib
 import hmac
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -42,6 +42,21 @@ from orderflow_core.validation import (
     check_refund_reason,
     fingerprint,
 )
+
+_BOTH = frozenset({Role.CUSTOMER, Role.OPERATOR})
+# Which roles may ask for each use case. Checked before anything else of a request is looked
+# at (its headers, its body), so a caller learns first that it may not do this at all.
+ROLES: Mapping[str, frozenset[Role]] = {
+    "create_order": frozenset({Role.CUSTOMER}),
+    "get_order": _BOTH,
+    "list_orders": _BOTH,
+    "cancel": frozenset({Role.CUSTOMER}),
+    "retry": _BOTH,
+    "reconcile": frozenset({Role.OPERATOR}),
+    "request_refund": frozenset({Role.OPERATOR}),
+    "audit": frozenset({Role.OPERATOR}),
+    "events": frozenset({Role.OPERATOR}),
+}
 
 
 @attrs.frozen
@@ -92,11 +107,32 @@ class OrderService:
             raise Unauthenticated("unknown token")
         return principal
 
+    def authorize(self, principal: Principal, operation: str) -> None:
+        """`Forbidden` unless the principal's role may ask for `operation` (a key of `ROLES`).
+
+        Every use case checks this itself; an adapter calls it first to refuse a caller
+        before reading the rest of the request.
+        """
+        allowed = ROLES[operation]
+        if principal.role not in allowed:
+            names = " or the ".join(sorted(r.value for r in allowed))
+            raise Forbidden(f"this needs the {names} role")
+
+    async def authorize_on_order(
+        self, principal: Principal, operation: str, order_id: UUID
+    ) -> None:
+        """`authorize` for a question about one order. A customer refused an operator's
+        question gets 403 about their own order but 404 about anyone else's: a customer learns
+        nothing of other customers' orders, not even that they exist."""
+        if principal.role not in ROLES[operation] and principal.role is Role.CUSTOMER:
+            await self._visible(principal, order_id)
+        self.authorize(principal, operation)
+
     async def create_order(
         self, principal: Principal, key: str | None, items: Sequence[Item], currency: str
     ) -> tuple[OrderView, bool]:
         """Create once per (user, key); a replay returns the same order and `True`."""
-        _require(principal, Role.CUSTOMER)
+        self.authorize(principal, "create_order")
         key = check_idempotency_key(key)
         check_items(items, currency)
         digest = fingerprint({"items": [attrs.asdict(i) for i in items], "currency": currency})
@@ -126,10 +162,12 @@ class OrderService:
         return found.resource_id
 
     async def _view(self, order_id: UUID) -> OrderView:
-        aggregate = await self._store.load(order_id)
-        if aggregate is None:
+        # One read: the order and its history as of one moment, never two moments apart.
+        found = await self._store.load_with_history(order_id)
+        if found is None:
             raise NotFound(f"order {order_id} not found")
-        return OrderView(aggregate, tuple(await self._store.history(order_id)))
+        aggregate, history = found
+        return OrderView(aggregate, tuple(history))
 
     async def _visible(self, principal: Principal, order_id: UUID) -> OrderAggregate:
         aggregate = await self._store.load(order_id)
@@ -139,23 +177,20 @@ class OrderService:
             raise NotFound(f"order {order_id} not found")
         return aggregate
 
-    async def _operator_only(self, principal: Principal, order_id: UUID) -> None:
-        """403 for a customer asking an operator's question about their own order, but 404
-        about anyone else's: a customer learns nothing of other customers' orders, not even
-        that they exist."""
-        if principal.role is Role.CUSTOMER:
-            await self._visible(principal, order_id)
-        _require(principal, Role.OPERATOR)
-
     async def get_order(self, principal: Principal, order_id: UUID) -> OrderView:
         """The order with history, steps, payment and refunds; owners and operators only."""
-        await self._visible(principal, order_id)
-        return await self._view(order_id)
+        self.authorize(principal, "get_order")
+        view = await self._view(order_id)
+        owner = view.aggregate.order.customer_id
+        if principal.role is Role.CUSTOMER and owner != principal.user_id:
+            raise NotFound(f"order {order_id} not found")
+        return view
 
     async def list_orders(
         self, principal: Principal, *, state: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Order], str | None]:
         """Newest first, a page at a time; customers see their own orders only."""
+        self.authorize(principal, "list_orders")
         if not 1 <= limit <= 100:
             raise InvalidParameter("limit must be an integer from 1 to 100")
         wanted = _parse_state(state)
@@ -194,7 +229,7 @@ class OrderService:
 
     async def cancel(self, principal: Principal, order_id: UUID) -> tuple[OrderView, str]:
         """Cancel per the table; the result says `cancelled`, `cancelling` or `unchanged`."""
-        _require(principal, Role.CUSTOMER)
+        self.authorize(principal, "cancel")
         await self._visible(principal, order_id)
         result = await self._store.update(
             order_id, lambda agg: commands.cancel(agg, self._ctx(principal))
@@ -203,8 +238,7 @@ class OrderService:
 
     async def retry(self, principal: Principal, order_id: UUID) -> OrderView:
         """Re-arm the current step (same key, a fresh budget of attempts)."""
-        if principal.role not in (Role.CUSTOMER, Role.OPERATOR):
-            raise Forbidden("retry needs the customer or the operator role")
+        self.authorize(principal, "retry")
         await self._visible(principal, order_id)
         await self._store.update(
             order_id, lambda agg: (commands.retry(agg, principal, self._ctx(principal)), None)
@@ -213,7 +247,7 @@ class OrderService:
 
     async def reconcile(self, principal: Principal, order_id: UUID) -> OrderView:
         """Queue a status check with the charge's key (operator, payment_unknown only)."""
-        await self._operator_only(principal, order_id)
+        await self.authorize_on_order(principal, "reconcile", order_id)
         await self._visible(principal, order_id)
         await self._store.update(
             order_id, lambda agg: (commands.reconcile(agg, principal, self._ctx(principal)), None)
@@ -229,7 +263,7 @@ class OrderService:
         reason: str,
     ) -> tuple[Refund, bool]:
         """A refund of a confirmed charge under the operator's idempotency key."""
-        await self._operator_only(principal, order_id)
+        await self.authorize_on_order(principal, "request_refund", order_id)
         key = check_idempotency_key(key)
         check_refund_reason(reason)
         await self._visible(principal, order_id)
@@ -263,23 +297,18 @@ class OrderService:
 
     async def audit(self, principal: Principal, order_id: UUID) -> list[AuditEntry]:
         """The order's audit log, oldest first (operator)."""
-        await self._operator_only(principal, order_id)
+        await self.authorize_on_order(principal, "audit", order_id)
         await self._visible(principal, order_id)
         return await self._store.audit_entries(order_id)
 
     async def events(self, principal: Principal, *, after: int, limit: int) -> list[OutboxEvent]:
         """The outbox feed, oldest first (operator)."""
-        _require(principal, Role.OPERATOR)
+        self.authorize(principal, "events")
         if after < 0:
             raise InvalidParameter("after must be a non-negative integer")
         if not 1 <= limit <= 1000:
             raise InvalidParameter("limit must be an integer from 1 to 1000")
         return await self._store.events(after=after, limit=limit)
-
-
-def _require(principal: Principal, role: Role) -> None:
-    if principal.role is not role:
-        raise Forbidden(f"this needs the {role.value} role")
 
 
 def _parse_state(state: str | None) -> OrderState | None:

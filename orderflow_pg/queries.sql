@@ -53,6 +53,23 @@ SELECT
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
 
+-- get_order_view --
+-- The unlocked aggregate and the order's history in one statement, so from one snapshot: the
+-- order's state is always the `to` of its last history entry (two statements could each see
+-- another commit)
+SELECT
+    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+        ORDER BY s.seq), '[]')
+     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(h) ORDER BY h.id), '[]')
+     FROM order_history AS h WHERE h.order_id = %(order_id)s) AS history_rows
+
 -- apply_changes --
 -- Write decided changes of one or more orders in one statement from a jsonb array of documents
 -- (one per change, keys in writes.py; no two documents of one order). A fenced document

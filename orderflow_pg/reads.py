@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from uuid import UUID
 
-from orderflow_core.model import Attempt, Order, OrderAggregate, Refund, Step
+from orderflow_core.model import Attempt, HistoryEntry, Order, OrderAggregate, Refund, Step
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
@@ -16,13 +17,34 @@ async def read_aggregate(conn: Connection, order_id: UUID, *, lock: bool) -> Ord
     One statement returns the whole aggregate as jsonb (one snapshot, one round trip, and the
     client's per-statement cost paid once instead of four times).
     """
-    cursor = conn.cursor()
     name = "lock_aggregate" if lock else "get_aggregate"
+    found = await _fetch(conn, name, order_id)
+    if found is None:
+        return None
+    order, steps, refunds = found
+    return _aggregate(order, steps, refunds)
+
+
+async def read_view(
+    conn: Connection, order_id: UUID
+) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+    """The aggregate and the order's history, oldest first, from one statement (one snapshot),
+    so what a reader is shown never contradicts itself."""
+    found = await _fetch(conn, "get_order_view", order_id)
+    if found is None:
+        return None
+    order, steps, refunds, history = found
+    entries = [rows.history_from_row(rows.json_row(HistoryEntry, h)) for h in history]
+    return _aggregate(order, steps, refunds), entries
+
+
+async def _fetch(conn: Connection, name: str, order_id: UUID) -> tuple[Any, ...] | None:
+    cursor = conn.cursor()
     await cursor.execute(query(name), {"order_id": order_id})
     found = await cursor.fetchone()
     if found is None or found[0] is None:
         return None
-    return _aggregate(*found)
+    return tuple(found)
 
 
 async def lock_aggregates(

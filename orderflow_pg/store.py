@@ -34,7 +34,7 @@ from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
-from orderflow_pg.reads import lock_aggregates, read_aggregate
+from orderflow_pg.reads import lock_aggregates, read_aggregate, read_view
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     GuardLost,
@@ -252,6 +252,13 @@ class PgOrderStore:
         """The order with its steps (and their attempts) and refunds, from one snapshot."""
         async with self._db.connection("load") as conn:
             return await read_aggregate(conn, order_id, lock=False)
+
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        """The aggregate and its history, oldest first, from one statement (one snapshot)."""
+        async with self._db.connection("load_with_history") as conn:
+            return await read_view(conn, order_id)
 
     async def history(self, order_id: UUID) -> list[HistoryEntry]:
         """Every transition of the order, oldest first."""

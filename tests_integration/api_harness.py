@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 import attrs
 import yarl
-from aiohttp import web
 from jsonschema import (  # type: ignore[import-untyped]  # jsonschema ships no type hints
     Draft202012Validator,
     FormatChecker,
@@ -38,6 +37,7 @@ from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
 from orderflow_core.testing.sim_adapters import simulated_services
 from orderflow_core.testing.simulation import Simulator
 from orderflow_http.api import create_app, openapi_document
+from orderflow_http.api.server import ServerLimits, serving
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 TOKENS = {"customer": "tok-customer", "other": "tok-other", "operator": "tok-operator"}
@@ -187,18 +187,17 @@ class Api:
 
 
 @asynccontextmanager
-async def serve(service: OrderService, **app_options: Any) -> AsyncIterator[Api]:
-    """The app on 127.0.0.1 at a free port, and a client session; both closed afterwards."""
-    runner = web.AppRunner(create_app(service, **app_options))
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        async with aiohttp.ClientSession() as session:
-            yield Api(f"http://{host}:{port}", session)
-    finally:
-        await runner.cleanup()
+async def serve(
+    service: OrderService, *, limits: ServerLimits | None = None, **app_options: Any
+) -> AsyncIterator[Api]:
+    """The app on 127.0.0.1 at a free port (the server `orderflow api` runs, under `limits`),
+    and a client session; both closed afterwards."""
+    app = create_app(service, **app_options)
+    async with (
+        serving(app, "127.0.0.1", 0, limits) as (host, port),
+        aiohttp.ClientSession() as session,
+    ):
+        yield Api(f"http://{host}:{port}", session)
 
 
 @attrs.define

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -300,3 +303,31 @@ def test_a_bad_refund_body_is_refused_and_requests_no_refund(
             assert reply.body["errors"][0]["field"] == field
         aggregate = next(iter(api.world.memory.aggregates.values()))
         assert aggregate.refunds == ()
+
+
+def test_a_client_that_goes_away_mid_body_is_no_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    head = (
+        b"POST /api/v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-customer\r\n"
+        b"Idempotency-Key: k\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+    )
+
+    async def send_half_and_leave(port: int) -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head + b'{"items": [')
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        deadline = time.monotonic() + 10
+        while not any("went away" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, caplog.text
+            assert not any(r.levelno >= logging.ERROR for r in caplog.records), caplog.text
+            await asyncio.sleep(0.01)  # a polling interval; the deadline bounds the wait
+
+    with caplog.at_level(logging.DEBUG, logger="orderflow"), live() as api:
+        api.run(send_half_and_leave(int(api.api.base.rsplit(":", 1)[1])))
+        assert api("GET", "/healthz").status == 200
+        _assert_nothing_created(api)
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)
+    assert "Traceback" not in caplog.text

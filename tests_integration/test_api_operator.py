@@ -3,7 +3,12 @@ public ones: health, readiness, the OpenAPI document."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from api_harness import LiveApi, Reply, live, make_world
+
+from orderflow_core.errors import StoreUnavailable
 
 ORDERS = "/api/v1/orders"
 
@@ -154,3 +159,17 @@ def test_the_openapi_document_is_served_to_anyone() -> None:
         assert reply.status == 200
         assert reply.body["openapi"].startswith("3.1")
         assert "/api/v1/orders/{order_id}/refunds" in reply.body["paths"]
+
+
+def test_a_store_outage_during_readiness_is_one_log_line_without_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def down() -> bool:
+        raise StoreUnavailable("migrations_current: OperationalError: connection refused")
+
+    with caplog.at_level(logging.INFO), live(make_world(), readiness=down) as api:
+        reply = api("GET", "/readyz", who=None)
+    assert (reply.status, reply.code) == (503, "not_ready")
+    assert "OperationalError" not in str(reply.body)
+    logged = [r for r in caplog.records if "connection refused" in r.getMessage()]
+    assert [r.exc_info for r in logged] == [None]

@@ -8,11 +8,12 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from api_harness import live, make_world
+from api_harness import live, make_world, serve
 
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import OrderAggregate
+from orderflow_core.model import HistoryEntry, OrderAggregate
 from orderflow_core.testing import InMemoryOrderStore
+from orderflow_pg import PgOrderStore
 
 
 class FailingStore(InMemoryOrderStore):
@@ -28,6 +29,13 @@ class FailingStore(InMemoryOrderStore):
         if self.armed and not self.updates_only:
             raise self.failure
         return await super().load(order_id)
+
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        if self.armed and not self.updates_only:
+            raise self.failure
+        return await super().load_with_history(order_id)
 
     async def update(self, order_id: UUID, decide: Any) -> Any:
         if self.armed:
@@ -78,6 +86,47 @@ def test_an_unreachable_store_is_a_503_to_retry_later() -> None:
         reply = api("GET", "/api/v1/orders/00000000-0000-4000-8000-000000000000")
         assert (reply.status, reply.code) == (503, "store_unavailable")
         assert reply.headers["Retry-After"] == "1"
+
+
+def test_a_503_says_what_to_do_and_logs_the_cause_without_internals_or_secrets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cause = (
+        "principal_for_token_hash: PoolTimeout: couldn't get a connection after 3.00 sec "
+        "(postgresql://orderflow:hunter2@db.internal/orders, password=hunter2)"
+    )
+    world = make_world(FailingStore(StoreUnavailable(cause)))
+    with caplog.at_level(logging.INFO), live(world) as api:
+        reply = api("GET", "/api/v1/orders/00000000-0000-4000-8000-000000000000")
+    assert (reply.status, reply.code) == (503, "store_unavailable")
+    for internal in ("principal_for_token_hash", "PoolTimeout", "hunter2", "postgresql://"):
+        assert internal not in str(reply.body)
+    assert "Retry-After" in reply.body["detail"]
+    logged = [r for r in caplog.records if "PoolTimeout" in r.getMessage()]
+    assert len(logged) == 1
+    assert logged[0].exc_info is None
+    assert "hunter2" not in caplog.text
+    assert "orderflow:***@db.internal" in logged[0].getMessage()
+
+
+@pytest.mark.postgres
+def test_a_pool_that_hands_out_no_connection_answers_a_503_without_internals(
+    pg_url: str, run: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> Any:
+        async with (
+            PgOrderStore.open(pg_url, max_size=1, statement_timeout_s=0.3) as store,
+            serve(make_world(store).service) as api,
+            # The test holds the pool's only connection, so the request gets none.
+            store._db.pool.connection(),
+        ):
+            return await api.call("GET", "/api/v1/orders/00000000-0000-4000-8000-000000000000")
+
+    with caplog.at_level(logging.INFO):
+        reply = run(scenario())
+    assert (reply.status, reply.code) == (503, "store_unavailable")
+    assert "PoolTimeout" not in str(reply.body)
+    assert any("PoolTimeout" in r.getMessage() for r in caplog.records)
 
 
 def test_a_concurrent_update_is_a_409_conflict() -> None:

@@ -124,6 +124,15 @@ class InMemoryOrderStore:
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         return self.aggregates.get(order_id)
 
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        # Both read without yielding to the event loop, so no write lands in between.
+        aggregate = self.aggregates.get(order_id)
+        if aggregate is None:
+            return None
+        return aggregate, list(self.history_log.get(order_id, []))
+
     async def history(self, order_id: UUID) -> list[HistoryEntry]:
         return list(self.history_log.get(order_id, []))
 

@@ -13,4 +13,5 @@ Readiness = Callable[[], Awaitable[bool]]
 SERVICE = web.AppKey("service", OrderService)
 READINESS = web.AppKey[Readiness]("readiness")
 MAX_BODY = web.AppKey("max_body", int)
+BODY_TIMEOUT = web.AppKey("body_timeout_s", float)
 OPENAPI = web.AppKey("openapi", bytes)

@@ -24,7 +24,8 @@ Operation = dict[str, Any]
 PROBLEM = "application/problem+json"
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 ORDER = "/api/v1/orders/{order_id}"
-STORE_DOWN = ("store_unavailable",)
+# The connection cap's 503 comes before any request is read, so any operation may see it.
+STORE_DOWN = ("store_unavailable", "too_many_connections")
 
 
 def _content(schema: Schema, media: str = "application/json") -> dict[str, Any]:
@@ -52,6 +53,7 @@ def _errors(
         400: _problem("bad request", *bad_request),
         403: _problem("the caller's role may not do this", "forbidden"),
         404: _problem("no such order, or another customer's", "not_found"),
+        408: _problem("the body did not arrive within the body timeout", "request_timeout"),
         409: _problem("not allowed now", *conflict, "concurrent_update"),
         413: _problem("body over 64 KiB", "payload_too_large"),
         415: _problem("body not application/json", "unsupported_media_type"),
@@ -64,11 +66,14 @@ def _errors(
     responses = {str(s): catalogue[s] for s in statuses}
     responses["401"] = _problem("missing or unknown bearer token", "unauthenticated")
     responses["500"] = _problem("unexpected failure; error_id is in the log", "internal_error")
-    responses["503"] = _problem("the store is unreachable; retry later", *STORE_DOWN)
+    responses["503"] = _problem(
+        "the store is unreachable, or the server is at its connection cap; retry later",
+        *STORE_DOWN,
+    )
     return responses
 
 
-BODY_ERRORS = (400, 403, 404, 409, 413, 415, 422)
+BODY_ERRORS = (400, 403, 404, 408, 409, 413, 415, 422)
 KEY_ERRORS = ("malformed_json", "idempotency_key_required", "invalid_idempotency_key")
 
 
@@ -85,6 +90,7 @@ def _create_order() -> Operation:
             **_errors(
                 400,
                 403,
+                408,
                 409,
                 413,
                 415,

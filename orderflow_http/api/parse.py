@@ -7,6 +7,7 @@ The shapes of the two request bodies (create an order, request a refund) live in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping
@@ -14,10 +15,13 @@ from typing import Any
 from uuid import UUID
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from orderflow_core.errors import InvalidParameter, NotFound, OrderflowError
 
 MAX_BODY = 64 * 1024
+# How long a client may take to send a whole body once its headers arrived.
+BODY_TIMEOUT_S = 15.0
 # Longer integer literals are out of every range we accept; refusing them early keeps
 # Python's int-from-text cost (and its 4300-digit limit) away from request parsing.
 MAX_INT_DIGITS = 30
@@ -39,6 +43,17 @@ class PayloadTooLarge(OrderflowError):
 
     code = "payload_too_large"
     status = 413
+
+
+class RequestTimeout(OrderflowError):
+    """The body did not arrive in time (a slow or stalled client)."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its whole body arrived: nobody to answer."""
 
 
 class MalformedJson(OrderflowError):
@@ -81,16 +96,23 @@ def _check_media_type(request: web.Request) -> None:
         raise UnsupportedMediaType("a JSON body must be UTF-8")
 
 
-async def _read_limited(request: web.Request, max_body: int) -> bytes:
-    """The body, refusing it as soon as it passes `max_body` bytes, whatever was declared."""
+async def _read_limited(request: web.Request, max_body: int, timeout_s: float) -> bytes:
+    """The body, refusing it as soon as it passes `max_body` bytes, whatever was declared,
+    or when it has not all arrived within `timeout_s`."""
     declared = request.content_length
     if declared is not None and declared > max_body:
         raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
     body = bytearray()
-    while chunk := await request.content.read(max_body + 1 - len(body)):
-        body.extend(chunk)
-        if len(body) > max_body:
-            raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            while chunk := await request.content.read(max_body + 1 - len(body)):
+                body.extend(chunk)
+                if len(body) > max_body:
+                    raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
+    except TimeoutError:
+        raise RequestTimeout(f"the whole body must arrive within {timeout_s:g} s") from None
+    except (ConnectionError, RequestPayloadError) as exc:
+        raise ClientGone(str(exc)) from None
     return bytes(body)
 
 
@@ -112,10 +134,17 @@ def decode_json(raw: bytes) -> object:
         raise MalformedJson(f"the body is not valid JSON: {exc}") from None
 
 
-async def json_body(request: web.Request, max_body: int) -> object:
+async def json_body(
+    request: web.Request, max_body: int, timeout_s: float = BODY_TIMEOUT_S
+) -> object:
     """The request's JSON value after the media-type, size and syntax checks."""
     _check_media_type(request)
-    return decode_json(await _read_limited(request, max_body))
+    return decode_json(await _read_limited(request, max_body, timeout_s))
+
+
+def is_order_id(request: web.Request) -> bool:
+    """Whether the `{order_id}` path segment is a canonical UUID."""
+    return bool(_UUID.match(request.match_info["order_id"]))
 
 
 def order_id(request: web.Request) -> UUID:

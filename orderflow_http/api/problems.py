@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -18,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from orderflow_core.errors import OrderflowError
+from orderflow_http.api.parse import ClientGone
 from orderflow_http.api.serialize import dumps
 
 log = logging.getLogger("orderflow.http.api")
@@ -42,10 +44,30 @@ TITLES: Mapping[str, str] = {
     "malformed_json": "Malformed JSON",
     "unsupported_media_type": "Unsupported media type",
     "payload_too_large": "Payload too large",
+    "request_timeout": "Request not received in time",
+    "bad_request": "Bad request",
+    "too_many_connections": "Too many connections",
     "store_unavailable": "Storage unavailable",
     "not_ready": "Not ready",
     "internal_error": "Internal error",
 }
+
+# What a client is told when the store did not answer: what it can act on. The store's own
+# words (which operation, which driver exception) go to the log, never to the client.
+UNAVAILABLE_DETAIL = (
+    "the service could not reach its database in time; try again after Retry-After seconds "
+    "(a request sent with an Idempotency-Key is safe to repeat with the same key)"
+)
+# A password in a URL (scheme://user:secret@) or a libpq `password=` pair.
+_SECRETS = re.compile(r"(?P<keep>://[^:/@\s]*:)[^@\s]*@|(?P<pair>password\s*=\s*)\S+", re.I)
+
+
+def redact(text: str) -> str:
+    """`text` without the passwords a connection string or URL in it might carry."""
+    return _SECRETS.sub(
+        lambda m: f"{m['keep']}***@" if m["keep"] else f"{m['pair']}***", text
+    )
+
 
 # aiohttp's own HTTP exceptions (unknown route, wrong method, its body limit) by status.
 HTTP_CODES: Mapping[int, str] = {
@@ -62,14 +84,10 @@ def problem_type(code: str) -> str:
     return f"urn:orderflow:problem:{code}"
 
 
-def problem_response(
-    status: int,
-    code: str,
-    detail: str,
-    extra: Mapping[str, Any] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> web.Response:
-    """The problem+json answer for one error."""
+def problem_body(
+    status: int, code: str, detail: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The RFC 9457 object of one error."""
     title = TITLES.get(code) or HTTPStatus(status).phrase
     body: dict[str, Any] = {
         "type": problem_type(code),
@@ -79,6 +97,18 @@ def problem_response(
         "code": code,
     }
     body.update(extra or {})
+    return body
+
+
+def problem_response(
+    status: int,
+    code: str,
+    detail: str,
+    extra: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """The problem+json answer for one error."""
+    body = problem_body(status, code, detail, extra)
     all_headers = dict(headers or {})
     if status == 401:
         all_headers["WWW-Authenticate"] = 'Bearer realm="orderflow"'
@@ -107,6 +137,14 @@ def _internal_error(request: web.Request) -> web.Response:
     )
 
 
+def _unavailable(request: web.Request, exc: OrderflowError) -> web.Response:
+    # One line, no traceback: an outage is expected operation, not a bug in this process.
+    log.warning(
+        "%s %s answered 503 %s: %s", request.method, request.path, exc.code, redact(exc.detail)
+    )
+    return problem_response(503, exc.code, UNAVAILABLE_DETAIL)
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Translate whatever a handler raises into problem+json; unknown failures into a 500."""
@@ -114,10 +152,19 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         return await handler(request)
     except asyncio.CancelledError:
         raise
+    except ClientGone as exc:
+        # Not an error of ours, and nobody is left to read an answer: one quiet line.
+        log.debug("%s %s: the client went away mid-body (%s)", request.method, request.path, exc)
+        return problem_response(400, "bad_request", "the connection closed mid-body")
     except OrderflowError as exc:
-        if exc.status >= 500 and exc.status != 503:
+        if exc.status == 503:
+            return _unavailable(request, exc)
+        if exc.status >= 500:
             return _internal_error(request)
-        return problem_response(exc.status, exc.code, exc.detail, exc.extra)
+        response = problem_response(exc.status, exc.code, exc.detail, exc.extra)
+        if exc.status == 408:
+            response.force_close()  # the rest of a body that came too slowly is not awaited
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
