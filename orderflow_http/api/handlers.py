@@ -17,7 +17,8 @@ from uuid import UUID
 from aiohttp import web
 
 from orderflow_core.errors import Forbidden, StoreUnavailable
-from orderflow_core.model import Principal, Role
+from orderflow_core.model import Principal
+from orderflow_core.states import Role
 from orderflow_core.validation import check_idempotency_key
 from orderflow_http.api import access_log, appkeys, bodies, parse, queue, serialize
 from orderflow_http.api.problems import problem_response, redact
