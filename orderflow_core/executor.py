@@ -147,16 +147,18 @@ class Executor:
                 async with asyncio.timeout(self.timing.poll_interval_s):
                     await _first(self._wake.wait(), self._stopping.wait())
 
-    async def stop(self, grace_s: float = 10.0) -> None:
+    async def stop(self, grace_s: float = 10.0) -> int:
         """Stop claiming; let in-flight steps finish within `grace_s`, then abandon them to
-        lease expiry (another executor takes them over; nothing half-done is committed)."""
+        lease expiry (another executor takes them over; nothing half-done is committed).
+        Returns how many were abandoned."""
         self._stopping.set()
         if not self._in_flight:
-            return
+            return 0
         _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        return len(pending)
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:
