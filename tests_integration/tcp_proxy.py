@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -32,6 +30,13 @@ class PausableProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> PausableProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def start(self) -> None:
         self._thread.start()
@@ -66,18 +71,11 @@ class PausableProxy:
         return make_conninfo(url, host=self.listen_host, port=str(self.port))
 
     @classmethod
-    @contextmanager
-    def to_database(cls, url: str, listen_host: str = "127.0.0.1") -> Iterator[PausableProxy]:
-        """A running proxy in front of the server `url` names; closed after the block."""
+    def to_database(cls, url: str, listen_host: str = "127.0.0.1") -> PausableProxy:
+        """A proxy (use it as a context manager) in front of the server `url` names."""
         params = conninfo_to_dict(url)
-        proxy = cls(
-            str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)), listen_host
-        )
-        proxy.start()
-        try:
-            yield proxy
-        finally:
-            proxy.close()
+        host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
+        return cls(host, port, listen_host)
 
     # -- the loop's side ---------------------------------------------------------------------
     def _call(self, coro: object) -> None:
