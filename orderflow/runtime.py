@@ -187,7 +187,10 @@ async def _listen(url: str, wake: Callable[[], None], stop: asyncio.Event) -> No
     """Wake the executor on every NOTIFY of a new due step; reconnect on failure."""
     while not stop.is_set():
         try:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            # connect_timeout: against a hung server, give up and retry instead of waiting
+            # psycopg's default two minutes (the executor polls meanwhile).
+            connect = psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+            async with await connect as conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STEPS_CHANNEL)))
                 async for _ in conn.notifies():
                     wake()

@@ -5,6 +5,7 @@ psycopg's own wait for a cancel that cannot come back — and recover once bytes
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from orderflow_core.states import StepStatus
 from orderflow_core.testing.sim_adapters import simulated_services
 from orderflow_core.testing.simulation import Simulator
 from orderflow_pg import PgOrderStore
+from orderflow_pg.deadline import hard_deadline
 
 pytestmark = pytest.mark.postgres
 STATEMENT_TIMEOUT_S = 3.0
@@ -173,3 +175,54 @@ def test_readyz_and_the_api_answer_503_within_the_deadline_while_the_database_ha
     status, body = http("GET", f"{api}/api/v1/orders/{order['order_id']}", **AUTH)
     assert status == 200, body
     assert proc.terminate() == 0
+
+
+# -- the deadline itself (no database) -------------------------------------------------------
+async def _stubborn(first_cancel: list[float]) -> None:
+    """Like psycopg on a hung server: answers the first cancellation by waiting on."""
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        first_cancel.append(time.monotonic())
+        await asyncio.sleep(60)  # waiting for a cancel that never comes back
+
+
+def test_a_block_that_waits_on_after_its_cancellation_is_cancelled_again_after_the_grace(
+    run: Run[Any],
+) -> None:
+    async def scenario() -> tuple[float, float]:
+        first_cancel: list[float] = []
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with hard_deadline(0.2, grace_s=0.3):
+                await _stubborn(first_cancel)
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        return first_cancel[0] - started, time.monotonic() - started
+
+    first, total = run(scenario())
+    assert 0.2 <= first < 0.45
+    assert 0.5 <= total < 0.9
+
+
+def test_a_cancellation_from_outside_passes_through_the_deadline(run: Run[Any]) -> None:
+    async def inner() -> None:
+        async with hard_deadline(5.0):
+            await asyncio.sleep(60)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(inner())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(scenario())
+
+
+def test_a_block_that_ends_in_time_is_never_cancelled_afterwards(run: Run[Any]) -> None:
+    async def scenario() -> None:
+        async with hard_deadline(0.1, grace_s=0.1):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.4)  # past the deadline and the grace: nothing fires
+
+    run(scenario())
