@@ -144,8 +144,8 @@ async def serve(settings: Settings) -> None:
                 runtime.serving_api(store, settings) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
-                await runtime.run_workers(store, services, settings, url, stop)
-    print("orderflow stopped", flush=True)
+                left = await runtime.run_workers(store, services, settings, url, stop)
+    print(f"orderflow stopped: {left}", flush=True)
 
 
 async def worker(settings: Settings) -> None:
@@ -158,8 +158,8 @@ async def worker(settings: Settings) -> None:
             runtime.outbound_services(settings) as services,
         ):
             print(f"orderflow worker {settings.worker_id} running", flush=True)
-            await runtime.run_workers(store, services, settings, url, stop)
-    print(f"orderflow worker {settings.worker_id} stopped", flush=True)
+            left = await runtime.run_workers(store, services, settings, url, stop)
+    print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
 
 
 async def api(settings: Settings) -> None:

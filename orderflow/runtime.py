@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime, timedelta
 
 import attrs
 import psycopg
@@ -131,8 +132,10 @@ async def run_workers(
     settings: Settings,
     url: str,
     stop: asyncio.Event,
-) -> None:
-    """An executor, the outbox relay and a LISTEN wake-up, until `stop`; then a graceful end."""
+) -> str:
+    """An executor, the outbox relay and a LISTEN wake-up, until `stop`; then a graceful end.
+
+    Returns what the end left behind, for the `stopped` line (`stop_summary`)."""
     clock = SystemClock()
     executor = Executor(
         store=store,
@@ -154,12 +157,34 @@ async def run_workers(
             asyncio.create_task(_listen(url, executor.wake, stop), name="listen"),
         ]
         await stop.wait()
-        await executor.stop(settings.shutdown_grace_s)
+        abandoned = await executor.stop(settings.shutdown_grace_s)
+        stopped_at = clock.now()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await relay.run_once()  # hand on what the last steps committed
+    return stop_summary(abandoned, settings, stopped_at)
+
+
+def stop_summary(abandoned: int, settings: Settings, stopped_at: datetime) -> str:
+    """What a graceful stop left behind: nothing, or how many steps wait for their leases
+    to run out and by when another worker (or this one restarted) retries them."""
+    if not abandoned:
+        return "every in-flight step finished"
+    lease_s = settings.timing.lease_s
+    # Leases were taken or renewed before the stop, so they run out by then (whole seconds up).
+    retry_by = stopped_at + timedelta(seconds=lease_s)
+    if retry_by.microsecond:
+        retry_by = retry_by.replace(microsecond=0) + timedelta(seconds=1)
+    steps = "step" if abandoned == 1 else "steps"
+    return (
+        f"{abandoned} in-flight {steps} did not finish within ORDERFLOW_SHUTDOWN_GRACE_S="
+        f"{settings.shutdown_grace_s:g} s and {'was' if abandoned == 1 else 'were'} left to"
+        f" lease expiry; any running worker retries them (next attempt, same idempotency key)"
+        f" once their leases run out, by {retry_by:%Y-%m-%dT%H:%M:%SZ}"
+        f" (ORDERFLOW_LEASE_S={lease_s:g} s)"
+    )
 
 
 async def _every(
@@ -179,7 +204,10 @@ async def _listen(url: str, wake: Callable[[], None], stop: asyncio.Event) -> No
     """Wake the executor on every NOTIFY of a new due step; reconnect on failure."""
     while not stop.is_set():
         try:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            # connect_timeout: against a hung server, give up and retry instead of waiting
+            # psycopg's default two minutes (the executor polls meanwhile).
+            connect = psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+            async with await connect as conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STEPS_CHANNEL)))
                 async for _ in conn.notifies():
                     wake()

@@ -150,23 +150,27 @@ class Executor:
                 async with asyncio.timeout(self.timing.poll_interval_s):
                     await _first(self._wake.wait(), self._stopping.wait())
 
-    async def stop(self, grace_s: float = 10.0) -> None:
+    async def stop(self, grace_s: float = 10.0) -> int:
         """Stop claiming; let in-flight steps finish within `grace_s`, then abandon them to
-        lease expiry (another executor takes them over; nothing half-done is committed)."""
+        lease expiry (another executor takes them over; nothing half-done is committed).
+        Returns how many were abandoned."""
         self._stopping.set()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
+        abandoned = 0
         if self._in_flight:
             _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            abandoned = len(pending)
         # A commit under way finishes (or is abandoned at the deadline, as a crash would).
         try:
             async with asyncio.timeout_at(max(deadline, loop.time() + 0.001)):
                 await self.commits.drain()
         except TimeoutError:
             self.commits.cancel()
+        return abandoned
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:

@@ -2,7 +2,8 @@
 
 The rules this module exists to keep (docs/lifecycle.md): one key never makes two charges; a charge
 is re-sent only after the provider said no charge exists under its key; a reservation is never
-released while the payment outcome is unknown.
+released while the payment outcome is unknown — only once the money is settled (never taken,
+or given back in full by a refund).
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ def _release(d: Draft, reason: str) -> None:
     d.move(OrderState.RELEASING, reason)
     d.new_step(StepKind.RELEASE_RESERVATION)
     d.note("compensation.release_reservation", "requested", reason=reason)
+
+
+def release_after_refund(d: Draft) -> None:
+    """A full refund ended the order: the money is settled (given back), so the stock held for
+    it goes back too — a compensation under the reserve call's key, like every release."""
+    if d.order.reservation_status != "held" or d.active(StepKind.RELEASE_RESERVATION):
+        return
+    step = d.new_step(StepKind.RELEASE_RESERVATION)
+    d.note("compensation.release_reservation", "requested", step.step_id, reason="refunded")
 
 
 def _paid(d: Draft, reference: str | None, reason: str) -> None:

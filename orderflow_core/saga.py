@@ -212,6 +212,7 @@ def _on_refund(d: Draft, step: Step, outcome: Outcome) -> None:
         refunded = sum(r.amount_minor for r in d.refunds if r.status is RefundStatus.SUCCEEDED)
         if d.order.state is OrderState.SHIPPING_FAILED and refunded >= d.order.total_minor:
             d.move(OrderState.REFUNDED, "full refund succeeded")
+            payment.release_after_refund(d)
         return
     if isinstance(outcome, Refused):
         stop(d, step, StepStatus.FAILED, outcome.code)

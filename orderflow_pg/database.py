@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,8 +17,11 @@ from orderflow_core.errors import StoreUnavailable
 from orderflow_pg.errors import database_edge
 
 # The server cancels a statement first; the client gives up a little later, so the server's
-# clean `QueryCanceled` normally wins and the client deadline only catches a dead network.
-CLIENT_MARGIN_S = 1.0
+# clean `QueryCanceled` normally wins and the client deadline only catches a hung server or
+# network. The client deadline covers the whole operation (waiting for a connection and
+# every statement); a connection that does not answer its cancellation within
+# `CANCEL_GRACE_S` is dropped, so an operation ends by statement_timeout + 0.75 s.
+CLIENT_MARGIN_S = 0.25
 
 
 class Database:
@@ -47,7 +51,13 @@ class Database:
             max_size=max_size,
             open=False,
             timeout=statement_timeout_s,  # how long a caller may wait for a free connection
-            kwargs={"autocommit": True, "options": options},
+            # libpq's connect_timeout is whole seconds (at least 2): a new connection to a
+            # hung server gives up instead of holding a pool worker for minutes.
+            kwargs={
+                "autocommit": True,
+                "options": options,
+                "connect_timeout": max(2, math.ceil(connect_timeout_s)),
+            },
             configure=_configure,
             name="orderflow",
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +9,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from orderflow_core.errors import DuplicateIdempotencyKey, OrderflowError, StoreUnavailable
+from orderflow_pg.deadline import hard_deadline
 
 IDEMPOTENCY_CONSTRAINT = "api_idempotency_pkey"
 
@@ -26,10 +26,11 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
     """Run one store operation under a client-side deadline and translate psycopg's errors.
 
     The server's `statement_timeout` cancels a slow statement first; this deadline is the
-    backstop for a hung network or a pool that cannot hand out a connection.
+    backstop for a hung server or network, or a pool that cannot hand out a connection. It
+    holds even then: a connection that does not answer its cancellation is dropped.
     """
     try:
-        async with asyncio.timeout(deadline_s):
+        async with hard_deadline(deadline_s):
             yield
     except TimeoutError as exc:
         raise StoreUnavailable(f"{operation}: no answer within {deadline_s:g} s") from exc

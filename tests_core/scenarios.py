@@ -134,6 +134,10 @@ def carrier_refuses_then_full_refund(w: World) -> UUID:
     w.run(w.service.request_refund(OPERATOR, order_id, "refund-1", None, "parcel lost"))
     w.settle()
     assert w.state(order_id) is S.REFUNDED
+    # The refund settled the money, so the stock goes back too (under the reserve call's key).
+    assert w.load(order_id).order.reservation_status == "released"
+    [reservation] = w.sim.ledger(order_id=str(order_id))["effects"]["reservations"]
+    assert reservation["status"] == "released"
     return order_id
 
 

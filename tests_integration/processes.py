@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 CUSTOMER_TOKEN = "customer-token-for-tests-0001"
@@ -38,9 +38,10 @@ def base_env(**extra: str) -> dict[str, str]:
 class Proc:
     """A running `orderflow COMMAND` whose output lines are collected as they come."""
 
-    def __init__(self, command: str, env: dict[str, str]) -> None:
+    def __init__(self, command: str, env: dict[str, str], prefix: Sequence[str] = ()) -> None:
+        # `prefix` wraps the command, e.g. `ip netns exec NAME` to run it in a namespace.
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "orderflow.cli", command],
+            [*prefix, sys.executable, "-m", "orderflow.cli", command],
             env=env,
             text=True,
             stdout=subprocess.PIPE,

@@ -118,10 +118,11 @@ class Stack(Driving):
             self.loop.close()
 
     # -- beyond the shared vocabulary (tests_core.world.Driving) -------------------------------
-    def compete(self, rounds: int = 100, advance_s: float = 1.0) -> None:
-        """Every executor claims at the same moment, over and over, until nothing is due."""
+    def compete(self, rounds: int = 100, advance_s: float = 1.0, limit: int | None = None) -> None:
+        """Every executor claims at the same moment (at most `limit` steps each), over and
+        over, until nothing is due."""
         for _ in range(rounds):
-            ran = self.run(_gather(*(e.run_once() for e in self.executors)))
+            ran = self.run(_gather(*(e.run_once(limit) for e in self.executors)))
             if not sum(ran):
                 if not any(self.load(o).steps and _live(self.load(o)) for o in self.order_ids):
                     return

@@ -1,0 +1,121 @@
+"""A TCP proxy that can stop forwarding on demand: a hung database (or a network that stopped
+carrying packets) for one test, without signalling the PostgreSQL server other tests share.
+
+The proxy runs its own event loop in a thread, so it serves in-process code and real
+processes alike. While paused it still accepts connections (as the kernel of a frozen server
+does) but moves no byte in either direction; `resume()` lets the held bytes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+CHUNK = 65536
+
+
+class PausableProxy:
+    """Forwards `listen_host:port` to `target`; `pause()` / `resume()` switch forwarding."""
+
+    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.listen_host = listen_host
+        self.port = 0
+        self.accepted = 0
+        self._loop = asyncio.new_event_loop()
+        self._flowing = asyncio.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> PausableProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._call(self._start())
+
+    async def _start(self) -> None:
+        self._flowing.set()
+        self._server = await asyncio.start_server(self._handle, self.listen_host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def pause(self) -> None:
+        """Stop forwarding: every connection, old and new, hangs."""
+        self._loop.call_soon_threadsafe(self._flowing.clear)
+
+    def resume(self) -> None:
+        """Forward again, held bytes first."""
+        self._loop.call_soon_threadsafe(self._flowing.set)
+
+    def cut(self) -> None:
+        """Close every open connection (both sides), as a peer that went away would."""
+        self._call(self._abort_all())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._call(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    def url(self, url: str) -> str:
+        """`url` (a libpq URL or conninfo) with host and port pointing at this proxy."""
+        return make_conninfo(url, host=self.listen_host, port=str(self.port))
+
+    @classmethod
+    def to_database(cls, url: str, listen_host: str = "127.0.0.1") -> PausableProxy:
+        """A proxy (use it as a context manager) in front of the server `url` names."""
+        params = conninfo_to_dict(url)
+        host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
+        return cls(host, port, listen_host)
+
+    # -- the loop's side ---------------------------------------------------------------------
+    def _call(self, coro: object) -> None:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future.result(timeout=10)
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._writers.add(client_w)
+        try:
+            await self._flowing.wait()
+            server_r, server_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            self._writers.discard(client_w)
+            client_w.close()
+            return
+        self._writers.add(server_w)
+        await asyncio.gather(
+            self._pump(client_r, server_w), self._pump(server_r, client_w), return_exceptions=True
+        )
+        for writer in (client_w, server_w):
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(CHUNK):
+                await self._flowing.wait()
+                sink.write(data)
+                await sink.drain()
+        finally:
+            # One side ended: end the other, so neither end waits on a half-open link.
+            sink.close()
+
+    async def _abort_all(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self._abort_all()
