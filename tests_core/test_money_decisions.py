@@ -304,7 +304,9 @@ def test_a_result_at_the_instant_its_lease_ends_is_dropped_and_one_just_before_i
     success = Succeeded({"payment_reference": "p", "status": "succeeded"})
     late = saga.decide_result(aggregate, leased, success, ctx(w, leased.lease_expires_at))[0]
     assert aggregate.holds(leased.guard)  # no takeover yet: only the lease's end tells
-    assert late.is_empty
+    # Nothing of the result is stored; only its rejection is audited.
+    assert not (late.order or late.steps or late.refunds or late.history or late.events)
+    assert [(a.action, a.outcome) for a in late.audit] == [("step.result_rejected", "lease_expired")]
     in_time = saga.decide_result(
         aggregate, leased, success, ctx(w, leased.lease_expires_at - timedelta(microseconds=1))
     )[0]
