@@ -305,8 +305,10 @@ def test_a_result_at_the_instant_its_lease_ends_is_dropped_and_one_just_before_i
     late = saga.decide_result(aggregate, leased, success, ctx(w, leased.lease_expires_at))[0]
     assert aggregate.holds(leased.guard)  # no takeover yet: only the lease's end tells
     # Nothing of the result is stored; only its rejection is audited.
-    assert not (late.order or late.steps or late.refunds or late.history or late.events)
-    assert [(a.action, a.outcome) for a in late.audit] == [("step.result_rejected", "lease_expired")]
+    assert late.order is None
+    assert (late.steps, late.refunds, late.history, late.events) == ((), (), (), ())
+    rejected = [(a.action, a.outcome) for a in late.audit]
+    assert rejected == [("step.result_rejected", "lease_expired")]
     in_time = saga.decide_result(
         aggregate, leased, success, ctx(w, leased.lease_expires_at - timedelta(microseconds=1))
     )[0]
