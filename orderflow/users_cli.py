@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 from orderflow import runtime
 from orderflow.config import Settings
 from orderflow.seed import SEEDED, new_token
+from orderflow.startup import StartupError
 from orderflow_core import Role, hash_token
 from orderflow_core.errors import StoreUnavailable
 from orderflow_pg import EmbeddedDatabaseError, migrate
@@ -98,6 +99,9 @@ def run(
         checked = _check(args)
         asyncio.run(_act(args.user_action, checked, settings, make_token, out, err))
     except UserInputError as exc:
+        print(f"{prog}: {exc}", file=err)
+        return 2
+    except StartupError as exc:  # the database cannot be used at all: as every command says it
         print(f"{prog}: {exc}", file=err)
         return 2
     except StoreUnavailable as exc:

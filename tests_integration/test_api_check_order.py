@@ -105,7 +105,9 @@ def test_an_operator_refund_checks_the_key_before_the_body() -> None:
         ("operator", "/api/v1/events?limit=0", (400, "invalid_parameter")),
         (None, "/api/v1/events?limit=0", (401, "unauthenticated")),
         ("customer", f"{ORDERS}/not-a-uuid/audit", (403, "forbidden")),
-        ("customer", f"{ORDERS}/{UNKNOWN_ORDER}/audit", (403, "forbidden")),
+        # An order that is not the customer's (here: no order at all) is not found, never
+        # forbidden: customers learn nothing of each other's orders.
+        ("customer", f"{ORDERS}/{UNKNOWN_ORDER}/audit", (404, "not_found")),
         ("operator", f"{ORDERS}/not-a-uuid/audit", (404, "not_found")),
     ],
 )
