@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         asyncio.run(runners[args.command](settings))
+    except ConfigError as exc:  # found at start-up, e.g. a NATS stream that does not fit
+        print(f"orderflow: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1
