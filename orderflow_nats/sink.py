@@ -91,7 +91,11 @@ class NatsSink:
 
     async def __aenter__(self) -> NatsSink:
         if await self._connect():
-            await self.ensure_stream()
+            try:
+                await self.ensure_stream()
+            except BaseException:
+                await self._close()
+                raise
         else:
             log.warning(
                 "NATS at %s is not reachable; events wait in the outbox until it is",
@@ -125,6 +129,9 @@ class NatsSink:
                 self._url,
                 connect_timeout=max(1, round(self._timeout_s)),
                 allow_reconnect=False,
+                # The client retries each server within one connect; twice is enough.
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
                 error_cb=quiet,
                 name="orderflow-relay",
             )
