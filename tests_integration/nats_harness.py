@@ -26,8 +26,13 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 
 async def connect(url: str) -> nats.aio.client.Client:
     """One quick attempt (the client would otherwise retry a dead server for minutes)."""
+
+    async def quiet(exc: Exception) -> None:
+        pass
+
     return await nats.connect(
         url,
+        error_cb=quiet,
         connect_timeout=2,
         allow_reconnect=False,
         max_reconnect_attempts=1,
