@@ -29,6 +29,7 @@ from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
 
 log = logging.getLogger("orderflow")
 STEPS_CHANNEL = "orderflow_steps"
+RELAY_BATCH = 500  # events per relay read
 
 
 @asynccontextmanager
@@ -137,12 +138,23 @@ async def run_workers(
             sinks.append(await stack.enter_async_context(nats_sink(settings.nats, settings)))
         sink = _checkpointed(AllSinks(*sinks)) if sinks else None
         relay = OutboxRelay(
-            store, clock, sink=sink, retry=settings.timing.retry, batch_s=RELAY_BATCH_S
+            store,
+            clock,
+            sink=sink,
+            retry=settings.timing.retry,
+            batch=RELAY_BATCH,
+            batch_s=RELAY_BATCH_S,
         )
+
+        async def relay_pass() -> None:
+            # A full batch means a backlog (after an outage): catch up without the poll pause.
+            while await relay.run_once() >= RELAY_BATCH and not stop.is_set():
+                pass
+
         tasks = [
             asyncio.create_task(executor.run(), name="executor"),
             asyncio.create_task(
-                _every(settings.timing.poll_interval_s, relay.run_once, stop, "outbox relay"),
+                _every(settings.timing.poll_interval_s, relay_pass, stop, "outbox relay"),
                 name="relay",
             ),
             asyncio.create_task(_listen(url, executor.wake, stop), name="listen"),
