@@ -241,7 +241,7 @@ async def _every(
                 log.warning(
                     "%s failed (%s); retrying every %.1f s, logged again when it recovers",
                     what,
-                    exc if expected else type(exc).__name__,
+                    " ".join(str(exc).split()) if expected else type(exc).__name__,
                     interval_s,
                     exc_info=not expected,
                 )

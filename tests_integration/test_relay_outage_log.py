@@ -112,6 +112,7 @@ def test_a_database_outage_is_logged_once_and_its_end_once(
     recoveries = [r for r in relay_lines if r.levelno == logging.INFO]
     assert len(warnings) == 1, [r.getMessage() for r in relay_lines]
     assert not warnings[0].exc_info, "a database outage is no bug: no traceback"
+    assert "\n" not in warnings[0].getMessage(), "one line"
     assert len(recoveries) == 1
     assert f"after {total} failed attempts" in recoveries[0].getMessage()
     assert not any(r.exc_info for r in caplog.records if r.name.startswith("orderflow"))
