@@ -86,6 +86,9 @@ def _run(runner: Callable[[Settings], Coroutine[Any, Any, None]], settings: Sett
             file=sys.stderr,
         )
         return 1
+    except ConfigError as exc:  # found at start-up, e.g. a NATS stream that does not fit
+        print(f"orderflow: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1

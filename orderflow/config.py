@@ -16,12 +16,27 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from orderflow_core import RetryPolicy, Timing
+from orderflow_core.relay import worst_redelivery_delay_s
 
 T = TypeVar("T")
 
 
 class ConfigError(Exception):
     """A bad configuration value; the message names the variable."""
+
+
+# How long one relay batch may take before the relay reads afresh (bounds stale re-publishes).
+RELAY_BATCH_S = 5.0
+
+
+@attrs.frozen
+class NatsSettings:
+    """Where the relay also publishes events (ORDERFLOW_NATS_*); absent when the URL is unset."""
+
+    url: str
+    subject_prefix: str
+    stream: str
+    duplicate_window_s: float
 
 
 @attrs.frozen
@@ -64,6 +79,7 @@ class Settings:
     event_loop: str = "uvloop"
     log_format: str = "text"
     http_limits: HttpLimits = HttpLimits()
+    nats: NatsSettings | None = None
 
     @property
     def external_services(self) -> bool:
@@ -309,6 +325,54 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         event_loop=_get(env, "ORDERFLOW_EVENT_LOOP", _event_loop, "uvloop"),
         log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
         http_limits=_http_limits(env),
+        nats=_nats(env, timing),
+    )
+
+
+def _nats_url(value: str) -> str:
+    for one in value.split(","):
+        if not one.strip().startswith(("nats://", "tls://", "ws://", "wss://")):
+            raise ValueError("must be a nats://, tls://, ws:// or wss:// URL (comma-separated)")
+    return value
+
+
+def _subject_prefix(value: str) -> str:
+    parts = value.split(".")
+    if not all(parts) or any(ch in value for ch in " \t*>"):
+        raise ValueError("must be dot-separated subject tokens without spaces, * or >")
+    return value
+
+
+def _stream_name(value: str) -> str:
+    if any(ch in value for ch in " \t.*>/\\") or len(value) > 255:
+        raise ValueError("must be a stream name without spaces, dots, *, >, / or \\")
+    return value
+
+
+def _nats(env: Mapping[str, str], timing: Timing) -> NatsSettings | None:
+    raw = (env.get("ORDERFLOW_NATS_URL") or "").strip()
+    if not raw:
+        return None
+    try:
+        url = _nats_url(raw)
+    except ValueError as exc:  # the URL may carry credentials: not echoed
+        raise ConfigError(f"ORDERFLOW_NATS_URL: {exc}") from None
+    least = worst_redelivery_delay_s(
+        timing.retry, timing.poll_interval_s, timing.call_timeout_s, RELAY_BATCH_S
+    )
+    window = _get(env, "ORDERFLOW_NATS_DUPLICATE_WINDOW_S", _positive, max(120.0, least))
+    if window < least:
+        raise ConfigError(
+            f"ORDERFLOW_NATS_DUPLICATE_WINDOW_S={window:g}: must be at least {least:g} s, the "
+            "longest a running relay may take to publish an event again"
+        )
+    return NatsSettings(
+        url=url,
+        subject_prefix=_get(
+            env, "ORDERFLOW_NATS_SUBJECT_PREFIX", _subject_prefix, "orderflow.events"
+        ),
+        stream=_get(env, "ORDERFLOW_NATS_STREAM", _stream_name, "ORDERFLOW_EVENTS"),
+        duplicate_window_s=window,
     )
 
 

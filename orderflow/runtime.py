@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -13,10 +15,13 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from orderflow.config import Settings
+from orderflow.config import RELAY_BATCH_S, ConfigError, NatsSettings, Settings
 from orderflow.startup import StartupError, check_database, listen_error
 from orderflow_core import Executor, OrderService, Services, SystemClock
-from orderflow_core.relay import EventSink, OutboxRelay
+from orderflow_core.errors import StoreUnavailable
+from orderflow_core.model import OutboxEvent
+from orderflow_core.outcomes import Outcome, Succeeded
+from orderflow_core.relay import AllSinks, EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
@@ -28,6 +33,7 @@ from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
 
 log = logging.getLogger("orderflow")
 STEPS_CHANNEL = "orderflow_steps"
+RELAY_BATCH = 500  # events per relay read
 
 
 @asynccontextmanager
@@ -144,15 +150,32 @@ async def run_workers(
         worker_id=settings.worker_id,
         timing=settings.timing,
     )
-    sink: EventSink | None = None
     async with AsyncExitStack() as stack:
+        sinks: list[EventSink] = []
         if settings.webhook_url:
-            sink = await stack.enter_async_context(WebhookSink(settings.webhook_url))
-        relay = OutboxRelay(store, clock, sink=sink, retry=settings.timing.retry)
+            sinks.append(await stack.enter_async_context(WebhookSink(settings.webhook_url)))
+        if settings.nats is not None:
+            sinks.append(await stack.enter_async_context(nats_sink(settings.nats, settings)))
+        sink = _checkpointed(AllSinks(*sinks)) if sinks else None
+        relay = OutboxRelay(
+            store,
+            clock,
+            sink=sink,
+            retry=settings.timing.retry,
+            batch=RELAY_BATCH,
+            batch_s=RELAY_BATCH_S,
+        )
+
+        async def relay_pass() -> None:
+            # A full batch means a backlog (after an outage): catch up without the poll pause.
+            while await relay.run_once() >= RELAY_BATCH and not stop.is_set():
+                pass
+
         tasks = [
             asyncio.create_task(executor.run(), name="executor"),
             asyncio.create_task(
-                _every(settings.timing.poll_interval_s, relay.run_once, stop), name="relay"
+                _every(settings.timing.poll_interval_s, relay_pass, stop, "outbox relay"),
+                name="relay",
             ),
             asyncio.create_task(_listen(url, executor.wake, stop), name="listen"),
         ]
@@ -187,14 +210,92 @@ def stop_summary(abandoned: int, settings: Settings, stopped_at: datetime) -> st
     )
 
 
+@asynccontextmanager
+async def nats_sink(nats: NatsSettings, settings: Settings) -> AsyncIterator[EventSink]:
+    """The JetStream publisher; a stream that does not fit stops start-up (`ConfigError`)."""
+    try:
+        from orderflow_nats import NatsSink, StreamMismatch  # noqa: PLC0415 (optional extra)
+    except ImportError:
+        raise ConfigError(
+            "ORDERFLOW_NATS_URL is set but the NATS client is missing: "
+            "pip install 'orderflow[nats]'"
+        ) from None
+    sink = NatsSink(
+        nats.url,
+        stream=nats.stream,
+        subject_prefix=nats.subject_prefix,
+        duplicate_window_s=nats.duplicate_window_s,
+        timeout_s=settings.timing.call_timeout_s,
+    )
+    try:
+        await sink.__aenter__()
+    except StreamMismatch as exc:
+        await sink.__aexit__(None, None, None)
+        raise ConfigError(str(exc)) from None
+    try:
+        yield sink
+    finally:
+        await sink.__aexit__(None, None, None)
+
+
+# A test hook, off unless set: after this many events were handed on, the process announces it
+# and stops itself (SIGSTOP) before marking them, so a crash test can SIGKILL it exactly there.
+STOP_AFTER_PUBLISH = "_ORDERFLOW_TEST_STOP_AFTER_PUBLISH"
+
+
+def _checkpointed(sink: EventSink) -> EventSink:
+    raw = os.environ.get(STOP_AFTER_PUBLISH)
+    if not raw:
+        return sink
+    remaining = [int(raw)]
+
+    async def stopping(event: OutboxEvent) -> Outcome:
+        outcome = await sink(event)
+        if isinstance(outcome, Succeeded):
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                print(f"checkpoint: published {event.event_id}, not marked", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+        return outcome
+
+    return stopping
+
+
 async def _every(
-    interval_s: float, work: Callable[[], Awaitable[object]], stop: asyncio.Event
+    interval_s: float,
+    work: Callable[[], Awaitable[object]],
+    stop: asyncio.Event,
+    what: str = "background work",
 ) -> None:
+    """Run `work` every `interval_s` until `stop`; a failure is logged once per outage (with
+    a traceback only if it is not the database being unavailable), and so is the recovery."""
+    failures = 0
+    loop = asyncio.get_running_loop()
+    since = 0.0
     while not stop.is_set():
         try:
             await work()
-        except Exception:
-            log.exception("background work failed; trying again")
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                since = loop.time()
+                expected = isinstance(exc, StoreUnavailable)
+                log.warning(
+                    "%s failed (%s); retrying every %.1f s, logged again when it recovers",
+                    what,
+                    " ".join(str(exc).split()) if expected else type(exc).__name__,
+                    interval_s,
+                    exc_info=not expected,
+                )
+        else:
+            if failures:
+                log.info(
+                    "%s recovered after %d failed attempts over %.1f s",
+                    what,
+                    failures,
+                    loop.time() - since,
+                )
+            failures = 0
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(interval_s):
                 await stop.wait()

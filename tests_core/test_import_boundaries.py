@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 OURS = {
     "orderflow", "orderflow_core", "orderflow_pg", "orderflow_http", "orderflow_mocks",
-    "orderflow_testing",
+    "orderflow_testing", "orderflow_nats",
 }
 ALLOWED = {
     "orderflow_core": {"orderflow_core", "attrs"},
@@ -23,6 +23,7 @@ ALLOWED = {
     "orderflow_mocks": {"orderflow_core", "orderflow_mocks"},
     # The property-testing kit tests the core (and any store an embedder hands it).
     "orderflow_testing": {"orderflow_core", "orderflow_testing"},
+    "orderflow_nats": {"orderflow_core", "orderflow_nats"},
 }
 
 # Under `mutmut run` every mutated core module imports mutmut's trampoline; nowhere else.
@@ -63,14 +64,14 @@ def test_the_boundary_check_would_notice_a_forbidden_import(tmp_path: Path) -> N
     assert imported_roots(module) == {"psycopg", "orderflow_pg"}
 
 
-def test_every_core_module_imports_with_psycopg_and_aiohttp_unavailable() -> None:
+def test_every_core_module_imports_with_psycopg_aiohttp_and_nats_unavailable() -> None:
     names = [
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in modules_of("orderflow_core")
     ]
     program = (
         "import sys\n"
-        "for blocked in ('psycopg', 'psycopg_pool', 'aiohttp'):\n"
+        "for blocked in ('psycopg', 'psycopg_pool', 'aiohttp', 'nats'):\n"
         "    sys.modules[blocked] = None\n"
         "import importlib\n"
         f"for name in {names!r}:\n"
