@@ -18,7 +18,7 @@ from typing import Protocol
 
 from orderflow_core.attention import log_published
 from orderflow_core.model import OutboxEvent
-from orderflow_core.outcomes import Outcome, Succeeded, Transient, outcome_name
+from orderflow_core.outcomes import Outcome, Succeeded, Transient
 from orderflow_core.ports import Clock
 from orderflow_core.retry import RetryPolicy
 
