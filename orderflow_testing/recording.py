@@ -29,7 +29,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
-from orderflow_core.ports import OrderStore
+from orderflow_core.ports import OrderCount, OrderStore
 from orderflow_core.states import OrderState
 
 T = TypeVar("T")
@@ -59,7 +59,14 @@ def written_attempts(before: OrderAggregate, change: Change) -> tuple[tuple[UUID
 
 def _applied(before: OrderAggregate, change: Change) -> bool:
     guard_held = change.guard is None or before.holds(change.guard)
-    return guard_held and not change.is_empty
+    return guard_held and not change.is_empty and not _only_a_rejection(change)
+
+
+def _only_a_rejection(change: Change) -> bool:
+    """A result whose lease ran out is not stored; its rejection is audited, and that audit
+    entry is the change's only part. It records that the owner was refused, not a write."""
+    stored = change.order or change.steps or change.refunds or change.history or change.events
+    return not stored and all(a.action == "step.result_rejected" for a in change.audit)
 
 
 class RecordingStore:
@@ -101,6 +108,29 @@ class RecordingStore:
             self._record(order_id, *seen[-1])
         return value
 
+    async def update_many(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
+        seen: dict[int, tuple[OrderAggregate, Change]] = {}
+
+        def watching(
+            index: int, decide: Callable[[OrderAggregate], tuple[Change, T]]
+        ) -> Callable[[OrderAggregate], tuple[Change, T]]:
+            def watched(aggregate: OrderAggregate) -> tuple[Change, T]:
+                change, value = decide(aggregate)
+                seen[index] = (aggregate, change)  # the last call is the one committed
+                return change, value
+
+            return watched
+
+        results = await self.inner.update_many(
+            [(order_id, watching(i, decide)) for i, (order_id, decide) in enumerate(updates)]
+        )
+        for i, ((order_id, _), result) in enumerate(zip(updates, results, strict=True)):
+            if not isinstance(result, Exception) and i in seen:
+                self._record(order_id, *seen[i])
+        return results
+
     async def start_claimed(
         self,
         claims: Sequence[Claim],
@@ -121,6 +151,26 @@ class RecordingStore:
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         return await self.inner.load(order_id)
+
+    async def load_with_history(
+        self, order_id: UUID
+    ) -> tuple[OrderAggregate, list[HistoryEntry]] | None:
+        return await self.inner.load_with_history(order_id)
+
+    async def list_waiting(
+        self,
+        *,
+        customer_id: str | None,
+        state: OrderState | None,
+        limit: int,
+        before: tuple[datetime, UUID] | None,
+    ) -> list[Order]:
+        return await self.inner.list_waiting(
+            customer_id=customer_id, state=state, limit=limit, before=before
+        )
+
+    async def count_orders(self) -> list[OrderCount]:
+        return await self.inner.count_orders()
 
     async def history(self, order_id: UUID) -> list[HistoryEntry]:
         return await self.inner.history(order_id)
