@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -56,6 +57,8 @@ log = logging.getLogger("orderflow.store")
 
 # How many orders' last-written aggregates a store keeps to decide their next change on.
 KEPT_ORDERS = 10_000
+# The most creates one statement carries (what queued beyond waits for the next).
+MAX_CREATES_PER_COMMIT = 64
 
 
 class PgOrderStore:
@@ -66,6 +69,8 @@ class PgOrderStore:
         self.users = PgUsers(database)
         # Tests set this to fail a transition between its statements (as the in-memory store).
         self.fail_after_order_write: Exception | None = None
+        self._creates: list[tuple[Change, asyncio.Future[None]]] = []
+        self._create_writer: asyncio.Task[None] | None = None
         # Per order this store wrote last: (version, aggregate) as written, oldest first.
         self._kept: OrderedDict[UUID, tuple[int, OrderAggregate]] = OrderedDict()
 
@@ -95,10 +100,62 @@ class PgOrderStore:
             yield cls(database)
 
     async def create(self, change: Change) -> None:
-        """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists."""
-        # One statement in autocommit: its own transaction, one round trip.
-        async with self._db.connection("create") as conn:
-            await insert_new_order(conn, change)
+        """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists.
+
+        Concurrent creates share a commit: one writer sends every create queued while its
+        previous statement ran as one `apply_changes` statement in autocommit (when idle, a
+        create goes out at once). Each caller returns only after the statement that carried
+        its order committed. If that statement fails for anything but an unreachable database
+        (a reused idempotency key in the batch), each create is retried alone, so only the
+        failing one fails."""
+        if change.order is None:
+            raise ValueError("create needs an order")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creates.append((change, future))
+        if self._create_writer is None or self._create_writer.done():
+            self._create_writer = asyncio.create_task(self._write_creates())
+        await future
+
+    async def _write_creates(self) -> None:
+        try:
+            while self._creates:
+                batch = self._creates[:MAX_CREATES_PER_COMMIT]
+                del self._creates[:MAX_CREATES_PER_COMMIT]
+                await self._commit_creates(batch)
+        finally:  # cancelled: nobody commits for the callers still queued
+            for _, future in self._creates:
+                future.cancel()
+            self._creates.clear()
+
+    async def _commit_creates(self, batch: list[tuple[Change, asyncio.Future[None]]]) -> None:
+        try:
+            async with self._db.connection("create") as conn:
+                await apply_documents(conn, [change_doc(c, new=True) for c, _ in batch])
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except StoreUnavailable as exc:
+            for _, future in batch:
+                _settle(future, StoreUnavailable(str(exc)))
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            for change, future in batch:  # each alone: only the failing create fails
+                try:
+                    async with self._db.connection("create") as conn:
+                        await insert_new_order(conn, change)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as alone:
+                    _settle(future, alone)
+                else:
+                    _settle(future, None)
+            return
+        for _, future in batch:
+            _settle(future, None)
 
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
@@ -487,6 +544,15 @@ def _document(
         doc = expecting(doc, version, before)
     order_id = before.order.order_id
     return doc, _Sent(index, order_id, version, before, change, from_copy, "order" in doc)
+
+
+def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
+    if future.done():  # its caller was cancelled meanwhile
+        return
+    if failure is None:
+        future.set_result(None)
+    else:
+        future.set_exception(failure)
 
 
 def _for_claim(
