@@ -77,9 +77,33 @@ SELECT
 -- other parts only if that step was written: a stale change leaves nothing, and the documents
 -- beside it are written all the same. Foreign keys are checked at the end of the statement, so
 -- the parts may reference each other; history, events and audit keep the documents' order.
+-- A document decided on a copy of the order the store kept from its own last write
+-- (`expect_version`, `expect_steps`) is written only if, under row locks taken here (orders in
+-- order_id order, then their steps), the order's version and every step's (id, attempt,
+-- status) are still the copy's; otherwise nothing of it is written and the store reads the
+-- order and decides again. Every write of an order raises its version.
 -- One row per document says whether it was applied.
 WITH docs AS (
     SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
+), held AS (
+    SELECT docs.i, o.order_id
+    FROM docs JOIN orders AS o ON o.order_id = (docs.d ->> 'expect_order')::uuid
+    WHERE docs.d ? 'expect_version' AND o.version = (docs.d ->> 'expect_version')::bigint
+    ORDER BY o.order_id
+    FOR UPDATE OF o
+), held_steps AS (
+    SELECT s.order_id, s.step_id, s.attempt, s.status
+    FROM workflow_steps AS s
+    WHERE s.order_id IN (SELECT held.order_id FROM held)
+    ORDER BY s.order_id, s.seq
+    FOR UPDATE
+), verified AS (
+    SELECT held.i FROM held JOIN docs ON docs.i = held.i
+    WHERE docs.d -> 'expect_steps' = (
+        SELECT coalesce(jsonb_agg(
+            jsonb_build_array(hs.step_id::text, hs.attempt, hs.status) ORDER BY hs.step_id::text
+        ), '[]')
+        FROM held_steps AS hs WHERE hs.order_id = held.order_id)
 ), guarded AS (
     UPDATE workflow_steps AS s SET
         status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
@@ -92,10 +116,12 @@ WITH docs AS (
       AND s.attempt = (docs.d ->> 'guard_attempt')::integer
       AND s.lease_owner = docs.d ->> 'guard_owner'
       AND s.status = 'running'
+      AND (NOT (docs.d ? 'expect_version') OR docs.i IN (SELECT verified.i FROM verified))
     RETURNING docs.i
 ), fence AS (
     SELECT docs.i, docs.d FROM docs
-    WHERE NOT (docs.d ? 'guarded_step') OR docs.i IN (SELECT guarded.i FROM guarded)
+    WHERE (NOT (docs.d ? 'guarded_step') OR docs.i IN (SELECT guarded.i FROM guarded))
+      AND (NOT (docs.d ? 'expect_version') OR docs.i IN (SELECT verified.i FROM verified))
 ), new_order AS (
     INSERT INTO orders (
         order_id, customer_id, items, total_minor, currency, process_version, state,
@@ -120,7 +146,7 @@ WITH docs AS (
         reservation_expires_at = r.reservation_expires_at,
         reservation_expired = r.reservation_expired, payment_status = r.payment_status,
         payment_reference = r.payment_reference, attention_reason = r.attention_reason,
-        attention_since = r.attention_since
+        attention_since = r.attention_since, version = o.version + 1
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'order') AS r
     WHERE fence.d ? 'order' AND o.order_id = r.order_id
 ), steps AS (

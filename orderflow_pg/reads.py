@@ -49,13 +49,16 @@ async def _fetch(conn: Connection, name: str, order_id: UUID) -> tuple[Any, ...]
 
 async def lock_aggregates(
     conn: Connection, order_ids: Sequence[UUID]
-) -> dict[UUID, OrderAggregate]:
-    """Several orders' aggregates in one statement, locked until commit (in order_id order);
-    an unknown order is not in the result."""
+) -> dict[UUID, tuple[OrderAggregate, int]]:
+    """Several orders' aggregates with their versions in one statement, locked until commit
+    (in order_id order); an unknown order is not in the result."""
     cursor = conn.cursor()
     await cursor.execute(query("lock_aggregates"), {"order_ids": list(order_ids)})
-    found = [_aggregate(*row) for row in await cursor.fetchall()]
-    return {aggregate.order.order_id: aggregate for aggregate in found}
+    found: dict[UUID, tuple[OrderAggregate, int]] = {}
+    for order, steps, refunds in await cursor.fetchall():
+        aggregate = _aggregate(order, steps, refunds)
+        found[aggregate.order.order_id] = (aggregate, int(order["version"]))
+    return found
 
 
 def _aggregate(order: rows.Row, steps: list[rows.Row], refunds: list[rows.Row]) -> OrderAggregate:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
+import attrs
 from psycopg import AsyncCursor
 
 from orderflow_core.errors import (
@@ -41,6 +45,7 @@ from orderflow_pg.writes import (
     apply_documents,
     apply_update,
     change_doc,
+    expecting,
     insert_new_order,
     rejection_doc,
     was_applied,
@@ -51,6 +56,11 @@ T = TypeVar("T")
 
 log = logging.getLogger("orderflow.store")
 
+# How many orders' last-written aggregates a store keeps to decide their next change on.
+KEPT_ORDERS = 10_000
+# The most creates one statement carries (what queued beyond waits for the next).
+MAX_CREATES_PER_COMMIT = 64
+
 
 class PgOrderStore:
     """Durable orders on PostgreSQL: what makes the saga survive crashes and scale out."""
@@ -60,6 +70,10 @@ class PgOrderStore:
         self.users = PgUsers(database)
         # Tests set this to fail a transition between its statements (as the in-memory store).
         self.fail_after_order_write: Exception | None = None
+        self._creates: list[tuple[Change, asyncio.Future[None]]] = []
+        self._create_writer: asyncio.Task[None] | None = None
+        # Per order this store wrote last: (version, aggregate) as written, oldest first.
+        self._kept: OrderedDict[UUID, tuple[int, OrderAggregate]] = OrderedDict()
 
     @classmethod
     @asynccontextmanager
@@ -87,10 +101,62 @@ class PgOrderStore:
             yield cls(database)
 
     async def create(self, change: Change) -> None:
-        """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists."""
-        # One statement in autocommit: its own transaction, one round trip.
-        async with self._db.connection("create") as conn:
-            await insert_new_order(conn, change)
+        """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists.
+
+        Concurrent creates share a commit: one writer sends every create queued while its
+        previous statement ran as one `apply_changes` statement in autocommit (when idle, a
+        create goes out at once). Each caller returns only after the statement that carried
+        its order committed. If that statement fails for anything but an unreachable database
+        (a reused idempotency key in the batch), each create is retried alone, so only the
+        failing one fails."""
+        if change.order is None:
+            raise ValueError("create needs an order")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creates.append((change, future))
+        if self._create_writer is None or self._create_writer.done():
+            self._create_writer = asyncio.create_task(self._write_creates())
+        await future
+
+    async def _write_creates(self) -> None:
+        try:
+            while self._creates:
+                batch = self._creates[:MAX_CREATES_PER_COMMIT]
+                del self._creates[:MAX_CREATES_PER_COMMIT]
+                await self._commit_creates(batch)
+        finally:  # cancelled: nobody commits for the callers still queued
+            for _, future in self._creates:
+                future.cancel()
+            self._creates.clear()
+
+    async def _commit_creates(self, batch: list[tuple[Change, asyncio.Future[None]]]) -> None:
+        try:
+            async with self._db.connection("create") as conn:
+                await apply_documents(conn, [change_doc(c, new=True) for c, _ in batch])
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except StoreUnavailable as exc:
+            for _, future in batch:
+                _settle(future, StoreUnavailable(str(exc)))
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            for change, future in batch:  # each alone: only the failing create fails
+                try:
+                    async with self._db.connection("create") as conn:
+                        await insert_new_order(conn, change)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as alone:
+                    _settle(future, alone)
+                else:
+                    _settle(future, None)
+            return
+        for _, future in batch:
+            _settle(future, None)
 
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
@@ -99,8 +165,9 @@ class PgOrderStore:
 
         Four statements: BEGIN, the locking read, the change, COMMIT. (Pipelining them costs
         the client more CPU than the round trips it saves on a local server.) A change fenced
-        off at the write wrote nothing; only its rejection is recorded.
-        """
+        off at the write wrote nothing; only its rejection is recorded. A copy of the order
+        this store kept is dropped (none is kept from here: API commands rarely repeat)."""
+        self._kept.pop(order_id, None)
         async with self._db.connection("update") as conn:
             async with conn.transaction():
                 aggregate = await read_aggregate(conn, order_id, lock=True)
@@ -117,20 +184,31 @@ class PgOrderStore:
     async def update_many(
         self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
     ) -> list[T | Exception]:
-        """A group commit: BEGIN, one locking read of every order, the decisions, one
-        `apply_changes` statement carrying every order's document (each fenced by its own
-        guard), COMMIT. Pairs of an order already in the batch go in a second round inside the
-        same transaction (after the first has been written). If the shared transaction fails
-        for anything but an unreachable database, each order is retried alone, once, so one
+        """A group commit: one `apply_changes` statement carrying every order's document, each
+        fenced by its own guard. An order this store wrote last (its kept copy) is decided on
+        that copy and written only if the order is still as the copy says (checked under row
+        locks inside the statement); the others are read first with one locking read. With only
+        kept copies the batch is that one statement alone (autocommit, one round trip);
+        otherwise BEGIN, the locking read, the statement, COMMIT. An order whose copy turned
+        out stale is then read and decided again, once. Pairs of an order already in the batch
+        go in a later round of the same transaction. If the shared transaction fails for
+        anything but an unreachable database, each order is retried alone, once, so one
         order's bad write does not fail the others."""
         if not updates:
             return []
         try:
-            async with self._db.connection("update_many") as conn, conn.transaction():
-                return await self._update_batch(conn, updates)
+            results: dict[int, T | Exception] = {}
+            stale = await self._group_commit(updates, range(len(updates)), results, kept=True)
+            if stale:
+                await self._group_commit(updates, stale, results, kept=False)
+            return [results[i] for i in range(len(updates))]
         except StoreUnavailable:
+            for order_id, _ in updates:
+                self._kept.pop(order_id, None)
             raise
         except Exception as exc:
+            for order_id, _ in updates:
+                self._kept.pop(order_id, None)
             if len(updates) == 1:
                 return [exc]
             log.warning(
@@ -139,15 +217,15 @@ class PgOrderStore:
                 type(exc).__name__,
                 exc,
             )
-        results: list[T | Exception] = []
+        alone: list[T | Exception] = []
         for order_id, decide in updates:
             try:
-                results.append(await self.update(order_id, decide))
+                alone.append(await self.update(order_id, decide))
             except StoreUnavailable:
                 raise
             except Exception as exc:  # this order's own failure
-                results.append(exc)
-        return results
+                alone.append(exc)
+        return alone
 
     async def start_claimed(
         self,
@@ -159,75 +237,135 @@ class PgOrderStore:
             [(claim.order_id, functools.partial(_for_claim, decide, claim)) for claim in claims]
         )
 
-    async def _update_batch(
+    async def _group_commit(
         self,
-        conn: Connection,
         updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
-    ) -> list[T | Exception]:
-        results: dict[int, T | Exception] = {}
-        remaining = list(range(len(updates)))
-        while remaining:  # rounds in which each order appears once
-            round_: list[int] = []
-            later: list[int] = []
-            seen: set[UUID] = set()
-            for index in remaining:
-                order_id = updates[index][0]
-                (later if order_id in seen else round_).append(index)
-                seen.add(order_id)
-            await self._update_round(conn, [(i, *updates[i]) for i in round_], results)
-            remaining = later
-        return [results[i] for i in range(len(updates))]
+        indices: Iterable[int],
+        results: dict[int, T | Exception],
+        *,
+        kept: bool,
+    ) -> list[int]:
+        """Commit `indices` of `updates` into `results`; the indices whose kept copy was stale."""
+        rounds: list[list[int]] = []  # rounds in which each order appears once
+        for index in indices:
+            order_id = updates[index][0]
+            target = next((r for r in rounds if all(updates[i][0] != order_id for i in r)), None)
+            if target is None:
+                rounds.append(target := [])
+            target.append(index)
+        use_kept = kept and len(rounds) == 1
+        copies = {
+            i: self._kept[updates[i][0]]
+            for i in rounds[0]
+            if use_kept and updates[i][0] in self._kept
+        }
+        reads = len(rounds) > 1 or len(copies) < len(rounds[0])
+        written: list[tuple[UUID, int, OrderAggregate]] = []
+        stale: list[int] = []
+        async with self._db.connection("update_many") as conn:
+            transaction = conn.transaction() if reads else contextlib.nullcontext()
+            async with transaction:
+                for round_ in rounds:
+                    batch = [(i, *updates[i]) for i in round_]
+                    await self._update_round(conn, batch, results, copies, written, stale)
+        for order_id, version, aggregate in written:  # committed: keep what was written
+            self._keep(order_id, version, aggregate)
+        return stale
+
+    def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
+        self._kept.pop(order_id, None)
+        self._kept[order_id] = (version, aggregate)
+        while len(self._kept) > KEPT_ORDERS:
+            self._kept.pop(next(iter(self._kept)))
 
     async def _update_round(
         self,
         conn: Connection,
         updates: list[tuple[int, UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
         results: dict[int, T | Exception],
+        copies: dict[int, tuple[int, OrderAggregate]],
+        written: list[tuple[UUID, int, OrderAggregate]],
+        stale: list[int],
     ) -> None:
-        aggregates = await lock_aggregates(conn, [order_id for _, order_id, _ in updates])
+        unread = [order_id for index, order_id, _ in updates if index not in copies]
+        aggregates = await lock_aggregates(conn, unread) if unread else {}
         docs: list[dict[str, Any]] = []
-        fenced: list[tuple[int, Change] | None] = []  # per document: whose change, if guarded
+        sent: list[_Sent | None] = []  # per document; None: a rejection on a locked read
         for index, order_id, decide in updates:
-            aggregate = aggregates.get(order_id)
-            if aggregate is None:
+            copy = copies.get(index)
+            found = (copy[1], copy[0]) if copy is not None else aggregates.get(order_id)
+            if found is None:
                 results[index] = NotFound(f"order {order_id} not found")
                 continue
             try:
-                change, results[index] = decide(aggregate)
+                change, results[index] = decide(found[0])
             except Exception as exc:  # a bug in one decision must not hold up the others
                 results[index] = exc
                 continue
             if change.idempotency is not None or change.processed_event_id is not None:
-                # Not on the executor's path: the single-order way, inside this transaction.
-                try:
-                    sent = await self._apply_decided(conn, aggregate, change)
-                except DuplicateIdempotencyKey as exc:
-                    results[index] = exc
-                    continue
-                if sent is not None and (lost := await _fenced_off(conn, sent, change, order_id)):
-                    results[index] = lost
+                if copy is not None:
+                    stale.append(index)  # rare, not the executor's: decide on a fresh read
+                else:
+                    await self._update_alone(conn, index, found[0], change, results)
                 continue
-            if change.guard is not None and not aggregate.holds(change.guard):
-                if (rejection := rejection_doc(change)) is not None:
-                    docs.append(rejection)
-                    fenced.append(None)
-                continue
-            if not change.is_empty:
-                docs.append(change_doc(change, aggregate))
-                fenced.append((index, change))
+            planned = _document(index, found[0], found[1], change, from_copy=copy is not None)
+            if planned is _STALE:
+                stale.append(index)
+            elif isinstance(planned, tuple):
+                docs.append(planned[0])
+                sent.append(planned[1])
         fail = self.fail_after_order_write
-        writes_order = any(f is not None and f[1].order is not None for f in fenced)
+        writes_order = any(entry is not None and entry.change.order is not None for entry in sent)
         applied = await apply_documents(conn, docs, fail if writes_order else None)
-        rejections: list[dict[str, Any]] = []
-        for guarded, ok in zip(fenced, applied, strict=True):
-            if guarded is not None and not ok:  # a concurrent writer won after all
-                index, change = guarded
-                results[index] = ConcurrentUpdate(
-                    f"the step of {change.guard} changed under a guarded update"
-                )
-                if (rejection := rejection_doc(change)) is not None:
-                    rejections.append(rejection)
+        rejections = self._settle(sent, applied, results, written, stale)
         await apply_documents(conn, rejections)
+
+    def _settle(
+        self,
+        sent: list[_Sent | None],
+        applied: list[bool],
+        results: dict[int, Any],
+        written: list[tuple[UUID, int, OrderAggregate]],
+        stale: list[int],
+    ) -> list[dict[str, Any]]:
+        """What each sent document's outcome means; the rejections still to write."""
+        rejections: list[dict[str, Any]] = []
+        for entry, ok in zip(sent, applied, strict=True):
+            if entry is None:
+                continue
+            if ok:
+                version = entry.version + 1 if entry.raises_version else entry.version
+                written.append((entry.order_id, version, entry.before.with_change(entry.change)))
+            elif entry.from_copy:  # the order moved on since this store wrote it
+                self._kept.pop(entry.order_id, None)
+                stale.append(entry.index)
+            else:  # a concurrent writer won after all
+                results[entry.index] = ConcurrentUpdate(
+                    f"the step of {entry.change.guard} changed under a guarded update"
+                )
+                if (rejection := rejection_doc(entry.change)) is not None:
+                    rejections.append(rejection)
+        return rejections
+
+    async def _update_alone(
+        self,
+        conn: Connection,
+        index: int,
+        aggregate: OrderAggregate,
+        change: Change,
+        results: dict[int, Any],
+    ) -> None:
+        """A change with an idempotency key or an event id: the single-order way, inside the
+        batch's transaction."""
+        order_id = aggregate.order.order_id
+        self._kept.pop(order_id, None)
+        try:
+            cursor = await self._apply_decided(conn, aggregate, change)
+        except DuplicateIdempotencyKey as exc:
+            results[index] = exc
+            return
+        if cursor is not None and (lost := await _fenced_off(conn, cursor, change, order_id)):
+            results[index] = lost
 
     async def _apply_decided(
         self, conn: Connection, aggregate: OrderAggregate, change: Change
@@ -327,6 +465,14 @@ class PgOrderStore:
         """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
         if limit <= 0:
             return []
+        claims = await self._claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        for claim in claims:  # the claim changed a step: a kept copy no longer holds
+            self._kept.pop(claim.order_id, None)
+        return claims
+
+    async def _claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
         params = {
             "owner": owner,
             "now": now,
@@ -344,6 +490,7 @@ class PgOrderStore:
             "now": now,
             "expires_at": now + timedelta(seconds=lease_s),
         }
+        self._kept.pop(claim.order_id, None)  # its lease changes: read the order next time
         async with self._db.connection("renew_lease") as conn:
             return await execute(conn, "renew_lease", params) == 1
 
@@ -392,6 +539,54 @@ async def _fenced_off(
         await write_rejection(conn, change)
         return ConcurrentUpdate(f"order {order_id} changed under a guarded update")
     return None
+
+
+@attrs.frozen
+class _Sent:
+    """A document of a group commit whose outcome matters, and what it was decided on."""
+
+    index: int
+    order_id: UUID
+    version: int
+    before: OrderAggregate
+    change: Change
+    from_copy: bool
+    raises_version: bool
+
+
+_STALE = object()  # decide again on a fresh read
+
+
+def _document(
+    index: int, before: OrderAggregate, version: int, change: Change, *, from_copy: bool
+) -> tuple[dict[str, Any], _Sent | None] | object | None:
+    """The document to send for a decided change (None: nothing to write; `_STALE`: the kept
+    copy cannot tell, read the order). A change decided on a kept copy carries what the copy
+    expects of the order, rejections included."""
+    if change.guard is not None and not before.holds(change.guard):
+        doc = rejection_doc(change)
+        if not from_copy:
+            return None if doc is None else (doc, None)
+        if doc is None or change.on_reject is None:
+            return _STALE
+        change = Change(audit=(change.on_reject,))
+    elif change.is_empty:
+        return _STALE if from_copy else None
+    else:
+        doc = change_doc(change, before)
+    if from_copy:
+        doc = expecting(doc, version, before)
+    order_id = before.order.order_id
+    return doc, _Sent(index, order_id, version, before, change, from_copy, "order" in doc)
+
+
+def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
+    if future.done():  # its caller was cancelled meanwhile
+        return
+    if failure is None:
+        future.set_result(None)
+    else:
+        future.set_exception(failure)
 
 
 def _for_claim(

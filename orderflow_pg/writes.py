@@ -94,6 +94,8 @@ def change_doc(
         doc["guard_owner"] = guard.owner
     if change.order is not None:
         doc["new_order" if new else "order"] = rows.order_doc(change.order)
+    elif before is not None and not change.is_empty:
+        doc["order"] = rows.order_doc(before.order)  # unchanged, but its version goes up
     doc["steps"] = [rows.step_doc(s) for s in change.steps if s is not guarded]
     doc["attempts"] = [
         rows.attempt_doc(s.step_id, a)
@@ -151,6 +153,19 @@ async def write_rejection(conn: Connection, change: Change) -> None:
     rejection = rejection_doc(change)
     if rejection is not None:
         await conn.execute(query("apply_changes"), {"docs": documents([rejection])})
+
+
+def expecting(doc: dict[str, Any], version: int, kept: OrderAggregate) -> dict[str, Any]:
+    """`doc`, to be written only while the order is still as `kept` (at `version`) says."""
+    return {
+        **doc,
+        "expect_order": kept.order.order_id,
+        "expect_version": version,
+        "expect_steps": sorted(
+            ([str(s.step_id), s.attempt, s.status.value] for s in kept.steps),
+            key=lambda entry: str(entry[0]),
+        ),
+    }
 
 
 def rejection_doc(change: Change) -> dict[str, Any] | None:

@@ -1,0 +1,141 @@
+"""A store decides its next change of an order it wrote last on the copy it kept (no locking
+read), and writes it only if the order is still as the copy says; an order another writer
+(another process) changed meanwhile — a command, or a claim of one of its steps — is read
+again and decided afresh."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import pytest
+from builders import T0, creation, new_order, new_step
+from conftest import Run
+
+from orderflow_core.model import Change, OrderAggregate
+from orderflow_core.states import OrderState, StepKind
+from orderflow_pg import PgOrderStore
+from orderflow_pg import store as store_module
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def two_stores(pg_url: str, run: Run[Any]) -> Iterator[tuple[PgOrderStore, PgOrderStore]]:
+    """Two stores on one database, as two processes have."""
+    stack = AsyncExitStack()
+    a = run(stack.enter_async_context(PgOrderStore.open(pg_url, max_size=2)))
+    b = run(stack.enter_async_context(PgOrderStore.open(pg_url, max_size=2)))
+    try:
+        yield a, b
+    finally:
+        run(stack.aclose())
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many orders each locking read of a group commit read."""
+    counted: list[int] = []
+    real = store_module.lock_aggregates
+
+    async def counting(conn: Any, order_ids: Any) -> Any:
+        counted.append(len(order_ids))
+        return await real(conn, order_ids)
+
+    monkeypatch.setattr(store_module, "lock_aggregates", counting)
+    return counted
+
+
+def noting(seen: list[tuple[int, OrderState]]) -> Any:
+    """A decision that raises event_seq by one and says what it was decided on."""
+
+    def decide(aggregate: OrderAggregate) -> tuple[Change, int]:
+        order = aggregate.order
+        seen.append((order.event_seq, order.state))
+        return Change(order=attrs.evolve(order, event_seq=order.event_seq + 1)), order.event_seq
+
+    return decide
+
+
+def test_an_order_this_store_wrote_last_is_decided_on_its_copy_without_a_read(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    a, _ = two_stores
+    orders = [new_order() for _ in range(3)]
+    for order in orders:
+        run(a.create(creation(order, key=None)))
+    seen: list[tuple[int, OrderState]] = []
+    batch = [(o.order_id, noting(seen)) for o in orders]
+    assert run(a.update_many(batch)) == [0, 0, 0]
+    assert reads == [3]  # the first write of each order reads it
+    assert run(a.update_many(batch)) == [1, 1, 1]
+    assert run(a.update_many(batch)) == [2, 2, 2]
+    assert reads == [3], "no locking read for orders this store wrote last"
+    for order in orders:
+        assert run(a.load(order.order_id)).order.event_seq == 3
+
+
+def test_an_order_changed_by_another_writer_is_read_again_and_decided_afresh(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    a, b = two_stores
+    mine, theirs = new_order(), new_order()
+    for order in (mine, theirs):
+        run(a.create(creation(order, key=None)))
+    seen: list[tuple[int, OrderState]] = []
+    run(a.update_many([(mine.order_id, noting(seen)), (theirs.order_id, noting(seen))]))
+
+    def cancel(aggregate: OrderAggregate) -> tuple[Change, None]:
+        return Change(order=attrs.evolve(aggregate.order, state=OrderState.CANCELLED)), None
+
+    run(b.update(theirs.order_id, cancel))  # another process's command
+    seen.clear()
+    reads.clear()
+    results = run(a.update_many([(mine.order_id, noting(seen)), (theirs.order_id, noting(seen))]))
+
+    assert results == [1, 1]
+    # `theirs` was decided on the stale copy first (still `created`), then read and decided on
+    # what the other writer left; only that second decision was written.
+    assert seen == [(1, OrderState.CREATED), (1, OrderState.CREATED), (1, OrderState.CANCELLED)]
+    assert reads == [1]
+    after = run(a.load(theirs.order_id)).order
+    assert (after.state, after.event_seq) == (OrderState.CANCELLED, 2)
+    assert run(a.load(mine.order_id)).order.event_seq == 2
+
+
+def test_a_claim_by_another_worker_outdates_a_kept_copy(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    a, b = two_stores
+    order = new_order()
+    later = T0.replace(minute=T0.minute + 5)
+    timer = new_step(order, kind=StepKind.EXPIRE_RESERVATION, seq=2, due=later)
+    run(a.create(attrs.evolve(creation(order, key=None), steps=(new_step(order, due=None), timer))))
+    seen: list[tuple[int, OrderState]] = []
+    run(a.update_many([(order.order_id, noting(seen))]))
+    # Another worker claims the timer: a step changes, the order's version does not.
+    [claim] = run(b.claim_due(owner="B", now=later, limit=1, lease_s=30))
+    assert claim.step_id == timer.step_id
+    reads.clear()
+
+    step_seen: list[tuple[int, str]] = []
+
+    def touch_timer(aggregate: OrderAggregate) -> tuple[Change, None]:
+        step = aggregate.step(timer.step_id)
+        assert step is not None
+        step_seen.append((step.attempt, step.status.value))
+        return Change(steps=(attrs.evolve(step, last_error="noted"),)), None
+
+    run(a.update_many([(order.order_id, touch_timer)]))
+    assert step_seen == [(0, "pending"), (1, "running")], "the copy's view, then the real one"
+    assert reads == [1]
+    step = run(a.load(order.order_id)).step(timer.step_id)
+    assert step is not None
+    assert (step.attempt, step.status.value, step.lease_owner, step.last_error) == (
+        1,
+        "running",
+        "B",
+        "noted",
+    )
