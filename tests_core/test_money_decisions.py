@@ -647,3 +647,66 @@ def test_the_expiry_in_payment_unknown_says_the_status_checks_stopped_for_a_pers
     check = after.latest(StepKind.RECONCILE_PAYMENT)
     assert check is not None
     assert check.last_error == "reservation expired: manual reconciliation"
+
+
+# -- giving the stock back ---------------------------------------------------------------------
+def releasing() -> tuple[World, OrderAggregate, Claim]:
+    """The charge was declined; the release is claimed and sent under the reserve's key."""
+    w, aggregate, leased = charge_in_flight()
+    now = w.clock.now() + SECOND
+    aggregate = result(w, aggregate, leased, Refused("card_declined"), now)
+    assert aggregate.order.state is S.RELEASING
+    aggregate, release = claim(aggregate, StepKind.RELEASE_RESERVATION, now)
+    aggregate, plan = start(w, aggregate, release, now)
+    reserve = aggregate.latest(StepKind.RESERVE)
+    assert reserve is not None
+    assert plan is not None
+    assert plan.reservation_key == reserve.idempotency_key
+    return w, aggregate, release
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [({"status": "released"}, "released"), ({"status": "nothing_to_release"}, "nothing_to_release"),
+     ({}, "released")],
+)
+def test_a_release_records_what_the_warehouse_said(answer: dict[str, str], status: str) -> None:
+    w, aggregate, release = releasing()
+    change, _ = saga.decide_result(
+        aggregate, release, Succeeded(answer), ctx(w, w.clock.now() + SECOND)
+    )
+    after = aggregate.with_change(change)
+    assert after.order.state is S.PAYMENT_FAILED
+    assert after.order.reservation_status == status
+    step = after.step(release.step_id)
+    assert step is not None
+    assert step.status is StepStatus.SUCCEEDED
+    assert step.result == answer
+    released = [e for e in change.events if e.type == "reservation.released"]
+    assert [e.payload for e in released] == [
+        {"order_id": str(after.order.order_id), "status": status, "step_id": str(step.step_id)}
+    ]
+    assert ("compensation.release_reservation", status) in [
+        (a.action, a.outcome) for a in change.audit
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "error"),
+    [
+        (Transient("503"), StepStatus.RETRY_SCHEDULED, "503"),
+        (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout"),
+        (Refused("no_such_reservation"), StepStatus.BLOCKED, "no_such_reservation"),
+        (Broken("release: HTTP 418"), StepStatus.BLOCKED, "release: HTTP 418"),
+    ],
+)
+def test_a_release_that_did_not_happen_is_retried_or_blocked_and_the_order_waits(
+    answer: Outcome, status: StepStatus, error: str
+) -> None:
+    w, aggregate, release = releasing()
+    after = result(w, aggregate, release, answer, w.clock.now() + SECOND)
+    assert after.order.state is S.RELEASING
+    assert after.order.reservation_status == "held"
+    step = after.step(release.step_id)
+    assert step is not None
+    assert (step.status, step.last_error) == (status, error)

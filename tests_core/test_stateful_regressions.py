@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from orderflow_core import Item, saga
+from orderflow_core import Item, StepKind, saga
 from tests_core.test_stateful import OrderflowMachine
 
 
@@ -21,6 +21,7 @@ def replay(machine: OrderflowMachine, steps: list[Callable[[OrderflowMachine], o
         for step in steps:
             step(machine)
             machine.the_six_rules_hold()
+            machine.nothing_raised_unexpectedly()
     finally:
         machine.teardown()
 
@@ -65,3 +66,22 @@ def test_the_machine_catches_a_stale_owner_that_writes(monkeypatch: pytest.Monke
     )
     with pytest.raises(AssertionError, match="a stale owner wrote after losing its lease"):
         replay(OrderflowMachine(), STALE_RESULT_AFTER_LEASE_RAN_OUT)
+
+
+def test_the_machine_catches_a_decision_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor survives a decision that raises (the step is left to lease expiry, and a
+    later attempt may well succeed), so the rules alone would not notice; the machine does."""
+
+    def broken_handler(*args: object) -> None:
+        raise TypeError("a bug in the release handler")
+
+    monkeypatch.setitem(saga.HANDLERS, StepKind.RELEASE_RESERVATION, broken_handler)
+    steps: list[Callable[[OrderflowMachine], object]] = [
+        lambda m: m.create_order(lines=[Item("sku-a", 1, 100)]),
+        lambda m: m.world.sim.script("payments", "charge", ["permanent"]),
+        lambda m: m.run_executor(executor=0, crash=None),  # reserve
+        lambda m: m.run_executor(executor=0, crash=None),  # charge refused: release
+        lambda m: m.run_executor(executor=0, crash=None),  # the release's result raises
+    ]
+    with pytest.raises(AssertionError, match=r"failed unexpectedly"):
+        replay(OrderflowMachine(), steps)
