@@ -677,6 +677,7 @@ def test_a_release_records_what_the_warehouse_said(answer: dict[str, str], statu
     )
     after = aggregate.with_change(change)
     assert after.order.state is S.PAYMENT_FAILED
+    assert after.order.state_reason == "card_declined"  # why the stock was given back
     assert after.order.reservation_status == status
     step = after.step(release.step_id)
     assert step is not None
