@@ -261,3 +261,43 @@ def test_a_cancel_after_the_reservation_ends_cancelled_once_the_stock_is_back() 
         assert aggregate.order.reservation_status == "released"
     finally:
         w.close()
+
+
+def test_a_cancel_of_a_reserved_order_records_every_part_of_it() -> None:
+    w, order_id = reach("reserved")
+    try:
+        w.run(w.service.cancel(CUSTOMER, order_id))
+        aggregate = w.load(order_id)
+        assert aggregate.order.state is OrderState.CANCELLING
+        assert aggregate.order.state_reason == "cancelled by customer"
+        waiting = {
+            s.kind.value: (s.status, s.last_error)
+            for s in aggregate.steps
+            if s.kind.value in ("charge", "expire_reservation")
+        }
+        assert waiting == {
+            "charge": (StepStatus.CANCELLED, "cancelled by customer"),
+            "expire_reservation": (StepStatus.CANCELLED, "cancelled by customer"),
+        }
+        audit = [
+            (a.action, a.outcome, a.details)
+            for a in w.run(w.store.audit_entries(order_id))
+            if a.action in ("order.cancel", "compensation.release_reservation")
+        ]
+        assert audit == [
+            ("order.cancel", "cancelling", {}),
+            ("compensation.release_reservation", "requested", {"reason": "cancelled by customer"}),
+        ]
+    finally:
+        w.close()
+
+
+def test_a_refused_cancel_names_the_state_and_the_cancelled_target() -> None:
+    w, order_id = reach("paid")
+    try:
+        with pytest.raises(InvalidTransition) as refused:
+            w.run(w.service.cancel(CUSTOMER, order_id))
+        assert (refused.value.current_state, refused.value.requested) == ("paid", "cancelled")
+        assert str(refused.value) == "an order in 'paid' cannot be cancelled now"
+    finally:
+        w.close()
