@@ -346,7 +346,11 @@ def payment_in_doubt() -> tuple[World, OrderAggregate, Claim]:
         (Transient("503"), StepStatus.RETRY_SCHEDULED, "503"),
         (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout"),
         (Succeeded({"status": "pending"}), StepStatus.RETRY_SCHEDULED, "charge pending"),
-        (Broken("status: HTTP 200 with a malformed body"), StepStatus.BLOCKED, "malformed"),
+        (
+            Broken("status: HTTP 200 with a malformed body"),
+            StepStatus.BLOCKED,
+            "status: HTTP 200 with a malformed body",
+        ),
         (Refused("card_declined"), StepStatus.BLOCKED, "card_declined"),
         (Succeeded({"status": "refunded"}), StepStatus.BLOCKED, "unexpected status 'refunded'"),
     ],
@@ -361,7 +365,7 @@ def test_a_status_check_that_settles_nothing_keeps_the_payment_unknown(
     step = after.latest(StepKind.RECONCILE_PAYMENT)
     assert step is not None
     assert step.status is status
-    assert error in (step.last_error or "")
+    assert step.last_error == error
     assert after.latest(StepKind.CHARGE) == aggregate.latest(StepKind.CHARGE)  # not re-armed
     assert not list(after.steps_of(StepKind.RELEASE_RESERVATION))
 
@@ -371,8 +375,19 @@ def test_a_status_check_that_finds_the_charge_succeeded_pays_the_order() -> None
     answer = Succeeded({"status": "succeeded", "payment_reference": "pay-1"})
     after = result(w, aggregate, check, answer, w.clock.now() + 2 * SECOND)
     assert after.order.state is S.PAID
+    assert after.order.state_reason == "reconciliation confirmed the charge"
     assert after.order.payment_reference == "pay-1"
     assert kinds(after, StepKind.CHARGE) == [StepStatus.SUCCEEDED]
+    # Both the status check and the charge it settled keep the provider's answer.
+    assert [s.result for s in after.steps_of(StepKind.RECONCILE_PAYMENT)] == [answer.result]
+    assert [s.result for s in after.steps_of(StepKind.CHARGE)] == [answer.result]
+
+
+def test_a_confirmed_charge_without_a_reference_records_none_rather_than_a_made_up_one() -> None:
+    w, aggregate, check = payment_in_doubt()
+    after = result(w, aggregate, check, Succeeded({"status": "succeeded"}), w.clock.now() + SECOND)
+    assert after.order.state is S.PAID
+    assert after.order.payment_reference is None
     assert kinds(after, StepKind.SHIP) == [StepStatus.PENDING]
     assert kinds(after, StepKind.EXPIRE_RESERVATION) == [StepStatus.CANCELLED]
 
@@ -381,7 +396,9 @@ def test_a_status_check_that_finds_the_charge_failed_releases() -> None:
     w, aggregate, check = payment_in_doubt()
     after = result(w, aggregate, check, Succeeded({"status": "failed"}), w.clock.now() + SECOND)
     assert after.order.state is S.RELEASING
+    assert after.order.state_reason == "payment_failed"
     assert after.order.payment_status == "failed"
+    assert [s.result for s in after.steps_of(StepKind.RECONCILE_PAYMENT)] == [{"status": "failed"}]
     assert kinds(after, StepKind.RELEASE_RESERVATION) == [StepStatus.PENDING]
 
 
