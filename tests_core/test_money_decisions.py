@@ -513,7 +513,11 @@ def test_a_status_check_claimed_after_the_order_left_payment_unknown_is_not_sent
     step = after.latest(StepKind.RECONCILE_PAYMENT)
     assert step is not None
     assert step.status is StepStatus.SUCCEEDED
-    assert step.attempts[-1].outcome == "not_sent"
+    assert step.result == {"skipped": "payment no longer unknown"}
+    assert (step.attempts[-1].outcome, step.attempts[-1].error) == (
+        "not_sent",
+        "payment no longer unknown",
+    )
     assert after.order.state is S.PAID
 
 
@@ -728,3 +732,28 @@ def test_a_release_that_did_not_happen_is_retried_or_blocked_and_the_order_waits
     step = after.step(release.step_id)
     assert step is not None
     assert (step.status, step.last_error) == (status, error)
+
+
+def test_an_unknown_charge_outcome_never_queues_a_second_status_check() -> None:
+    """A status check waits to ask again (it found no charge while an attempt was in flight);
+    that attempt's own outcome then comes back unknown: the check already queued is enough."""
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    now = w.clock.now() + SECOND
+    lease = now + LEASE
+    retrying = attrs.evolve(
+        charge,
+        status=StepStatus.RUNNING,
+        attempt=2,
+        lease_owner="worker-c",
+        lease_expires_at=lease,
+        attempts=(*charge.attempts, attrs.evolve(charge.attempts[0], attempt=2, outcome=None)),
+    )
+    aggregate = replace_step(aggregate, retrying)
+    aggregate = result(w, aggregate, check, Refused("not_found"), now)
+    assert kinds(aggregate, StepKind.RECONCILE_PAYMENT) == [StepStatus.RETRY_SCHEDULED]
+    second = Claim(charge.step_id, charge.order_id, StepKind.CHARGE, 2, "worker-c", lease)
+    after = result(w, aggregate, second, UnknownOutcome("timeout"), now + SECOND)
+    assert after.order.state is S.PAYMENT_UNKNOWN
+    assert kinds(after, StepKind.RECONCILE_PAYMENT) == [StepStatus.RETRY_SCHEDULED]

@@ -7,7 +7,16 @@ from uuid import UUID
 
 import pytest
 
-from orderflow_core import Broken, Context, OrderState, RefundStatus, StepKind, saga
+from orderflow_core import (
+    Broken,
+    Context,
+    InvalidTransition,
+    OrderState,
+    RefundStatus,
+    StepKind,
+    ValidationFailed,
+    saga,
+)
 from orderflow_core.model import Refund
 from tests_core.world import OPERATOR, World
 
@@ -140,5 +149,74 @@ def test_a_full_refund_after_shipping_leaves_the_order_shipped() -> None:
         assert refund.amount_minor == w.load(order_id).order.total_minor
         assert w.state(order_id) is S.SHIPPED
         assert [step.kind for step in w.load(order_id).steps].count(StepKind.REFUND) == 1
+    finally:
+        w.close()
+
+
+def test_refunds_never_add_up_to_more_than_the_order() -> None:
+    w, order_id = shipped()
+    try:
+        total = w.load(order_id).order.total_minor
+        w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 100, "part"))
+        with pytest.raises(ValidationFailed):
+            w.run(w.service.request_refund(OPERATOR, order_id, "r-2", total - 99, "rest"))
+        rest, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-3", None, "rest"))
+        assert rest.amount_minor == total - 100
+    finally:
+        w.close()
+
+
+def test_a_refund_before_shipping_is_refused_naming_the_state() -> None:
+    w = World()
+    try:
+        order_id = w.create()
+        w.step()
+        with pytest.raises(InvalidTransition) as refused:
+            w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 100, "early"))
+        assert (refused.value.current_state, refused.value.requested) == ("reserved", "refund")
+        assert str(refused.value) == (
+            "a refund needs a confirmed charge and shipped or shipping_failed"
+        )
+    finally:
+        w.close()
+
+
+def test_a_refund_in_flight_is_processing_and_its_record_keeps_each_answer() -> None:
+    w, order_id = shipped()
+    try:
+        w.sim.script("payments", "refund", ["lost_response", "permanent"])
+        refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 100, "goodwill"))
+        claims = w.run(w.store.claim_due(owner="worker-x", now=w.clock.now(), limit=5, lease_s=30))
+        (leased,) = [c for c in claims if c.step_id == refund.step_id]
+        context = Context(w.clock.now(), "worker-x", w.timing)
+        w.run(w.store.update(order_id, lambda agg: saga.decide_start(agg, leased, context)))
+        started = w.load(order_id).refund(refund.refund_id)
+        assert started is not None
+        assert (started.status, started.updated_at) == (RefundStatus.PROCESSING, w.clock.now())
+        w.clock.advance(31)
+        w.step()  # the answer is lost: asked again later, under the same key
+        step = w.load(order_id).step(refund.step_id)
+        assert step is not None
+        assert step.last_error == "refund: connection dropped after sending"
+        w.settle()  # the provider now refuses it
+        step = w.load(order_id).step(refund.step_id)
+        failed = w.load(order_id).refund(refund.refund_id)
+        assert step is not None
+        assert failed is not None
+        assert (step.status.value, step.last_error) == ("failed", "refund_rejected")
+        assert failed.status is RefundStatus.FAILED
+        assert failed.updated_at > started.updated_at
+    finally:
+        w.close()
+
+
+def test_a_successful_refund_keeps_the_providers_answer_on_its_step() -> None:
+    w, order_id = shipped()
+    try:
+        refund = refund_with(w, order_id, ["success"], 100)
+        step = w.load(order_id).step(refund.step_id)
+        assert step is not None
+        assert step.result["refund_reference"] == refund.refund_reference
+        assert refund.refund_reference
     finally:
         w.close()

@@ -148,3 +148,7 @@ def test_an_unknown_outcome_follows_the_same_schedule_and_budget() -> None:
 
 def test_a_broken_answer_blocks_even_when_the_budget_is_spent() -> None:
     assert POLICY.decide(StepKind.SHIP, 5, Broken("400")) == Block()
+
+
+def test_jitter_without_a_random_source_leaves_the_delay_exact() -> None:
+    assert RetryPolicy(jitter=0.25).decide(StepKind.SHIP, 3, Transient()) == RetryAt(4.0)
