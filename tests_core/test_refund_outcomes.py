@@ -220,3 +220,34 @@ def test_a_successful_refund_keeps_the_providers_answer_on_its_step() -> None:
         assert refund.refund_reference
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("amount", [0, -5, "over"])
+def test_a_refund_amount_outside_one_to_what_is_left_is_refused_naming_the_field(
+    amount: int | str,
+) -> None:
+    w, order_id = shipped()
+    try:
+        total = w.load(order_id).order.total_minor
+        asked = total + 1 if amount == "over" else amount
+        before = w.load(order_id)
+        with pytest.raises(ValidationFailed) as refused:
+            w.run(w.service.request_refund(OPERATOR, order_id, "r-1", asked, "x"))  # type: ignore[arg-type]
+        assert refused.value.errors == [
+            {"field": "amount_minor", "message": f"a positive integer not above {total}"}
+        ]
+        assert w.load(order_id) == before
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("amount", ["one", "all"])
+def test_a_refund_of_one_minor_unit_or_of_everything_left_is_accepted(amount: str) -> None:
+    w, order_id = shipped()
+    try:
+        total = w.load(order_id).order.total_minor
+        asked = 1 if amount == "one" else total
+        refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", asked, "x"))
+        assert refund.amount_minor == asked
+    finally:
+        w.close()
