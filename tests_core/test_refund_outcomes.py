@@ -251,3 +251,20 @@ def test_a_refund_of_one_minor_unit_or_of_everything_left_is_accepted(amount: st
         assert refund.amount_minor == asked
     finally:
         w.close()
+
+
+def test_a_requested_refund_reads_back_as_asked() -> None:
+    w, order_id = shipped()
+    try:
+        now = w.clock.now()
+        refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 250, "goodwill"))
+        stored = w.load(order_id).refund(refund.refund_id)
+        assert stored == refund
+        assert (refund.order_id, refund.amount_minor, refund.reason) == (order_id, 250, "goodwill")
+        assert (refund.status, refund.requested_by) == (RefundStatus.REQUESTED, "order_operator")
+        assert (refund.created_at, refund.updated_at) == (now, now)
+        step = w.load(order_id).step(refund.step_id)
+        assert step is not None
+        assert (step.kind, step.refund_id) == (StepKind.REFUND, refund.refund_id)
+    finally:
+        w.close()
