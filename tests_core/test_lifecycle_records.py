@@ -119,6 +119,12 @@ def test_each_path_leaves_its_reasons_events_and_audit(path: str) -> None:
         ]
         entries = w.run(w.store.audit_entries(order_id))
         assert [(a.action, a.outcome, a.details) for a in entries] == audit
+        # A step that succeeded keeps the service's answer.
+        effects = w.effects()
+        for step in w.load(order_id).steps:
+            if step.kind.value == "ship" and step.status.value == "succeeded":
+                (shipment,) = effects["shipments"]
+                assert step.result["shipment_id"] == shipment["shipment_id"]
     finally:
         w.close()
 

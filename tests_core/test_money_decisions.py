@@ -757,3 +757,30 @@ def test_an_unknown_charge_outcome_never_queues_a_second_status_check() -> None:
     after = result(w, aggregate, second, UnknownOutcome("timeout"), now + SECOND)
     assert after.order.state is S.PAYMENT_UNKNOWN
     assert kinds(after, StepKind.RECONCILE_PAYMENT) == [StepStatus.RETRY_SCHEDULED]
+
+
+def test_a_late_charge_success_pays_and_cancels_the_waiting_status_check() -> None:
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    now = w.clock.now() + SECOND
+    lease = now + LEASE
+    retrying = attrs.evolve(
+        charge,
+        status=StepStatus.RUNNING,
+        attempt=2,
+        lease_owner="worker-c",
+        lease_expires_at=lease,
+        attempts=(*charge.attempts, attrs.evolve(charge.attempts[0], attempt=2, outcome=None)),
+    )
+    aggregate = result(w, replace_step(aggregate, retrying), check, Refused("not_found"), now)
+    second = Claim(charge.step_id, charge.order_id, StepKind.CHARGE, 2, "worker-c", lease)
+    paid = Succeeded({"payment_reference": "p-2", "status": "succeeded"})
+    after = result(w, aggregate, second, paid, now + SECOND)
+    assert after.order.state is S.PAID
+    status_check = after.latest(StepKind.RECONCILE_PAYMENT)
+    assert status_check is not None
+    assert (status_check.status, status_check.last_error) == (
+        StepStatus.CANCELLED,
+        "payment confirmed",
+    )

@@ -268,3 +268,19 @@ def test_a_requested_refund_reads_back_as_asked() -> None:
         assert (step.kind, step.refund_id) == (StepKind.REFUND, refund.refund_id)
     finally:
         w.close()
+
+
+def test_the_same_refund_request_twice_is_one_refund() -> None:
+    w, order_id = shipped()
+    try:
+        first, replayed_first = w.run(
+            w.service.request_refund(OPERATOR, order_id, "r-1", 100, "goodwill")
+        )
+        again, replayed_again = w.run(
+            w.service.request_refund(OPERATOR, order_id, "r-1", 100, "goodwill")
+        )
+        assert (replayed_first, replayed_again) == (False, True)
+        assert again == first
+        assert len(w.load(order_id).refunds) == 1
+    finally:
+        w.close()
