@@ -784,3 +784,53 @@ def test_a_late_charge_success_pays_and_cancels_the_waiting_status_check() -> No
         StepStatus.CANCELLED,
         "payment confirmed",
     )
+
+
+def test_a_charge_answer_is_kept_on_its_step_and_a_missing_reference_is_none() -> None:
+    w, aggregate, leased = charge_in_flight()
+    answer = Succeeded({"payment_reference": "p-1", "status": "succeeded"})
+    paid = result(w, aggregate, leased, answer, w.clock.now() + SECOND)
+    assert [s.result for s in paid.steps_of(StepKind.CHARGE)] == [answer.result]
+    assert paid.order.payment_reference == "p-1"
+    bare = result(w, aggregate, leased, Succeeded({"status": "succeeded"}), w.clock.now() + SECOND)
+    assert bare.order.state is S.PAID
+    assert bare.order.payment_reference is None
+
+
+def test_a_declined_charge_marks_the_payment_failed() -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, Refused("card_declined"), w.clock.now() + SECOND)
+    assert after.order.payment_status == "failed"
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.FAILED, "card_declined")
+
+
+@pytest.mark.parametrize(("detail", "error"), [("503", "503"), ("", "transient")])
+def test_a_transient_failure_after_the_hold_ran_out_stops_the_charge_saying_why(
+    detail: str, error: str
+) -> None:
+    w, aggregate, leased = charge_in_flight()
+    aggregate = attrs.evolve(
+        aggregate, order=attrs.evolve(aggregate.order, reservation_expires_at=w.clock.now())
+    )
+    after = result(w, aggregate, leased, Transient(detail), w.clock.now() + SECOND)
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.FAILED, error)
+    assert after.order.state is S.RELEASING
+
+
+@pytest.mark.parametrize(
+    ("detail", "reason"), [("charge: timed out", "charge: timed out"), ("", "outcome unknown")]
+)
+def test_an_unknown_charge_outcome_says_why_the_payment_is_in_doubt(
+    detail: str, reason: str
+) -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, UnknownOutcome(detail), w.clock.now() + SECOND)
+    assert after.order.state is S.PAYMENT_UNKNOWN
+    assert after.order.state_reason == reason
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert charge.last_error == f"outcome_unknown: {reason}"
