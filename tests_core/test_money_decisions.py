@@ -834,3 +834,60 @@ def test_an_unknown_charge_outcome_says_why_the_payment_is_in_doubt(
     charge = after.latest(StepKind.CHARGE)
     assert charge is not None
     assert charge.last_error == f"outcome_unknown: {reason}"
+
+
+def test_a_charge_sends_the_orders_total_and_currency() -> None:
+    w, aggregate = reserved()
+    aggregate, leased = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    _, plan = start(w, aggregate, leased)
+    assert plan is not None
+    assert (plan.amount_minor, plan.currency) == (aggregate.order.total_minor, "RUB")
+
+
+def test_a_charge_claimed_after_the_hold_ran_out_is_not_sent_and_the_stock_goes_back() -> None:
+    w, aggregate = reserved()
+    expires = aggregate.order.reservation_expires_at
+    assert expires is not None
+    aggregate, leased = claim(aggregate, StepKind.CHARGE, expires)
+    after, plan = start(w, aggregate, leased, expires)
+    assert plan is None
+    assert after.order.reservation_expired
+    assert (after.order.state, after.order.state_reason) == (S.RELEASING, "reservation_expired")
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.CANCELLED, "reservation_expired")
+    assert charge.attempts[-1].outcome == "not_sent"
+
+
+def test_a_charge_not_re_sent_says_an_earlier_attempts_outcome_is_unknown() -> None:
+    w, aggregate, _ = charge_in_flight()
+    aggregate = with_first_charge_attempt(aggregate, "unknown")
+    aggregate, second = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    after, _ = start(w, aggregate, second)
+    assert after.order.state_reason == "an earlier attempt's outcome is unknown"
+
+
+def test_a_reservation_records_the_hold_and_the_warehouses_answer() -> None:
+    w = World()
+    try:
+        order_id = w.create()
+        now = w.clock.now()
+        w.step()
+        aggregate = w.load(order_id)
+    finally:
+        w.close()
+    order = aggregate.order
+    reserve = aggregate.latest(StepKind.RESERVE)
+    assert reserve is not None
+    assert order.reservation_id
+    assert reserve.result == {"reservation_id": order.reservation_id, "status": "held"}
+    assert (order.reservation_status, order.reserved_at) == ("held", now)
+    assert order.reservation_expires_at == now + timedelta(seconds=w.timing.reservation_ttl_s)
+
+
+def test_each_attempt_keeps_the_detail_of_its_outcome() -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, Refused("card_declined"), w.clock.now() + SECOND)
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert [(a.outcome, a.error) for a in charge.attempts] == [("refused", "card_declined")]
