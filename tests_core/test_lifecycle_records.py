@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests_core.world import OPERATOR, World
+from tests_core.world import CUSTOMER, OPERATOR, World
 
 W = "worker-0"
 START = [
@@ -176,5 +176,36 @@ def test_a_full_refund_after_a_failed_shipment_is_recorded_from_request_to_refun
             ),
             ("compensation.refund", "succeeded", W, {"refund_id": rid, "amount_minor": total}),
         ]
+    finally:
+        w.close()
+
+
+def test_a_new_order_reads_back_as_placed_and_its_key_replays_it() -> None:
+    w = World()
+    try:
+        now = w.clock.now()
+        order_id = w.create()
+        order = w.load(order_id).order
+        assert (order.created_at, order.updated_at, order.state_reason) == (
+            now,
+            now,
+            "order placed",
+        )
+        (first,) = w.run(w.store.history(order_id))
+        assert (first.order_id, first.seq, first.at) == (order_id, 1, now)
+        w.publish()
+        (created,) = w.run(w.store.events(after=0, limit=10))
+        assert created.payload == {
+            "order_id": str(order_id),
+            "from": None,
+            "to": "created",
+            "reason": "order placed",
+            "actor": "customer:order_customer",
+            "total_minor": order.total_minor,
+        }
+        lines = list(order.items)
+        view, replayed = w.run(w.service.create_order(CUSTOMER, "key-1", lines, "RUB"))
+        assert replayed
+        assert view.aggregate.order.order_id == order_id
     finally:
         w.close()

@@ -891,3 +891,17 @@ def test_each_attempt_keeps_the_detail_of_its_outcome() -> None:
     charge = after.latest(StepKind.CHARGE)
     assert charge is not None
     assert [(a.outcome, a.error) for a in charge.attempts] == [("refused", "card_declined")]
+
+
+def test_a_start_is_written_only_under_the_claims_generation_and_a_stale_one_is_recorded() -> None:
+    w, aggregate = reserved()
+    fresh, leased = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    change, _ = saga.decide_start(fresh, leased, ctx(w))
+    assert change.guard == leased.guard  # the store applies it only if the generation holds
+    taken, _ = claim(fresh, StepKind.CHARGE, w.clock.now(), owner="worker-other")
+    stale, plan = saga.decide_start(taken, leased, ctx(w))
+    assert plan is None
+    assert stale.is_empty
+    assert stale.guard == leased.guard
+    assert stale.on_reject is not None
+    assert (stale.on_reject.action, stale.on_reject.actor) == ("step.result_rejected", OWNER)
