@@ -301,3 +301,32 @@ def test_a_refused_cancel_names_the_state_and_the_cancelled_target() -> None:
         assert str(refused.value) == "an order in 'paid' cannot be cancelled now"
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("who", ["customer", "operator"])
+def test_a_retry_re_arms_the_step_with_a_fresh_budget_and_is_audited(who: str) -> None:
+    principal = CUSTOMER if who == "customer" else OPERATOR
+    w, order_id = reach("paying_stopped")
+    try:
+        before = w.load(order_id).current_step
+        assert before is not None
+        assert before.last_error
+        w.run(w.service.retry(principal, order_id))
+        step = w.load(order_id).step(before.step_id)
+        assert step is not None
+        assert (step.status, step.last_error, step.next_attempt_at) == (
+            StepStatus.PENDING,
+            None,
+            w.clock.now(),
+        )
+        assert (step.armed_attempt, step.max_attempts) == (before.attempt, before.attempt + 5)
+        audit = [
+            (a.action, a.outcome, a.step_id, a.details)
+            for a in w.run(w.store.audit_entries(order_id))
+            if a.action == "manual.retry"
+        ]
+        assert audit == [
+            ("manual.retry", "re-armed", step.step_id, {"kind": "charge", "role": who})
+        ]
+    finally:
+        w.close()

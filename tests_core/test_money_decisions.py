@@ -251,6 +251,7 @@ def test_the_expiry_before_any_charge_was_sent_releases_and_cancels_the_charge()
     assert after.order.state_reason == "reservation_expired"
     assert after.order.reservation_expired
     assert kinds(after, StepKind.CHARGE) == [StepStatus.CANCELLED]
+    assert [s.last_error for s in after.steps_of(StepKind.CHARGE)] == ["reservation_expired"]
     assert kinds(after, StepKind.RELEASE_RESERVATION) == [StepStatus.PENDING]
 
 
@@ -531,8 +532,9 @@ def test_a_charge_stopped_with_an_unknown_outcome_is_never_retried_whatever_the_
     )
     aggregate = replace_step(aggregate, stopped)
     assert aggregate.order.state is S.PAYING
-    with pytest.raises(NotRetryable, match="reconcile instead"):
+    with pytest.raises(NotRetryable) as refused:
         commands.retry(aggregate, OPERATOR, ctx(w))
+    assert str(refused.value) == "the payment outcome is unknown: reconcile instead"
     retried = commands.retry(
         replace_step(aggregate, attrs.evolve(stopped, last_error="503")), OPERATOR, ctx(w)
     )
@@ -554,7 +556,11 @@ def test_a_manual_reconcile_queues_one_status_check_not_two() -> None:
     change = commands.reconcile(blocked, OPERATOR, ctx(w))
     queued = blocked.with_change(change)
     assert kinds(queued, StepKind.RECONCILE_PAYMENT) == [StepStatus.BLOCKED, StepStatus.PENDING]
-    assert [(a.action, a.outcome) for a in change.audit] == [("manual.reconcile", "queued")]
+    new_check = queued.latest(StepKind.RECONCILE_PAYMENT)
+    assert new_check is not None
+    assert [(a.action, a.outcome, a.step_id, a.details) for a in change.audit] == [
+        ("manual.reconcile", "queued", new_check.step_id, {"role": "operator"})
+    ]
 
 
 # -- what the record says about why --------------------------------------------------------------
