@@ -3,6 +3,7 @@ what may still be refunded afterwards."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from uuid import UUID
 
 import pytest
@@ -107,14 +108,16 @@ def test_a_refund_answered_with_a_broken_reply_is_blocked_for_a_person() -> None
         context = Context(now, "worker-x", w.timing)
         w.run(w.store.update(order_id, lambda agg: saga.decide_start(agg, leased, context)))
         broken = Broken("refund: HTTP 200 with a malformed body")
+        answered = Context(now + timedelta(seconds=2), "worker-x", w.timing)
         w.run(
             w.store.update(
-                order_id, lambda agg: saga.decide_result(agg, leased, broken, context)
+                order_id, lambda agg: saga.decide_result(agg, leased, broken, answered)
             )
         )
         found = w.load(order_id).refund(refund.refund_id)
         assert found is not None
         assert found.status is RefundStatus.BLOCKED
+        assert found.updated_at == answered.now  # when the answer was recorded
         assert found.last_error == "refund: HTTP 200 with a malformed body"
         assert ("compensation.refund", "blocked") in audit_of(w, order_id, found)
         assert "refund.blocked" in event_types(w, order_id)
@@ -186,6 +189,7 @@ def test_a_refund_in_flight_is_processing_and_its_record_keeps_each_answer() -> 
     try:
         w.sim.script("payments", "refund", ["lost_response", "permanent"])
         refund, _ = w.run(w.service.request_refund(OPERATOR, order_id, "r-1", 100, "goodwill"))
+        w.clock.advance(1)
         claims = w.run(w.store.claim_due(owner="worker-x", now=w.clock.now(), limit=5, lease_s=30))
         (leased,) = [c for c in claims if c.step_id == refund.step_id]
         context = Context(w.clock.now(), "worker-x", w.timing)
@@ -193,6 +197,7 @@ def test_a_refund_in_flight_is_processing_and_its_record_keeps_each_answer() -> 
         started = w.load(order_id).refund(refund.refund_id)
         assert started is not None
         assert (started.status, started.updated_at) == (RefundStatus.PROCESSING, w.clock.now())
+        assert started.updated_at > refund.created_at
         w.clock.advance(31)
         w.step()  # the answer is lost: asked again later, under the same key
         step = w.load(order_id).step(refund.step_id)
