@@ -34,7 +34,24 @@ STALE_CHARGE_THEN_RECONCILED: list[Callable[[OrderflowMachine], object]] = [
     lambda m: m.run_executor(executor=0, crash=None),  # takeover: payment in doubt
     lambda m: m.run_executor(executor=0, crash=None),  # status check: no charge under the key
     lambda m: m.resume(0),  # the stale owner wakes up
+    lambda m: stale_attempt_reads(m, "not_charged"),  # the case the old oracle misread
 ]
+
+
+def charge_attempts(m: OrderflowMachine) -> list[str | None]:
+    aggregate = m.world.load(m.world.order_ids[0])
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    return [a.outcome for a in charge.attempts]
+
+
+def stale_attempt_reads(m: OrderflowMachine, outcome: str) -> None:
+    assert charge_attempts(m)[0] == outcome
+
+
+def result_was_dropped(m: OrderflowMachine) -> None:
+    assert charge_attempts(m) == [None]  # the charge's result was not written
+    assert m.world.load(m.world.order_ids[0]).order.state.value == "paying"
 
 
 def test_a_stale_charge_attempt_relabelled_by_a_later_reconciliation_is_no_stale_write() -> None:
@@ -50,6 +67,7 @@ STALE_RESULT_AFTER_LEASE_RAN_OUT: list[Callable[[OrderflowMachine], object]] = [
     lambda m: m.stall_executor(executor=0, point="after_call"),  # charged, result not committed
     lambda m: m.advance_clock(seconds=31),  # the lease ran out; nobody took over yet
     lambda m: m.resume(0),  # the stale owner tries to commit its result
+    result_was_dropped,
 ]
 
 
