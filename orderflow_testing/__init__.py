@@ -11,6 +11,13 @@
 
 from __future__ import annotations
 
+try:
+    import hypothesis  # noqa: F401  # the kit's one dependency beyond the core
+except ModuleNotFoundError as missing:  # pragma: no cover - only without the extra
+    raise ImportError(
+        "orderflow_testing needs hypothesis: pip install 'orderflow[testing]'"
+    ) from missing
+
 from orderflow_testing.machine import OrderflowMachine, in_memory_store, machine_for
 from orderflow_testing.recording import RecordingStore, Write
 

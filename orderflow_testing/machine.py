@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
@@ -73,6 +74,27 @@ class Stall:
         self.task, self.claim, self.release, self.point = task, claim, release, point
 
 
+class UnexpectedErrors(logging.Handler):
+    """Collects what orderflow logs at ERROR or above: a decision or a store that raised is
+    survived by the executor (the step is left to lease expiry), so the rules alone could
+    miss it. Crashes the machine injects at a checkpoint are expected and not collected."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not (record.exc_info and isinstance(record.exc_info[1], Crash)):
+            self.records.append(record)
+
+    def __enter__(self) -> UnexpectedErrors:
+        logging.getLogger("orderflow").addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("orderflow").removeHandler(self)
+
+
 class OrderflowMachine(RuleBasedStateMachine):
     """Subclass it overriding `open_store` (and `services`, to wrap or replace the simulated
     services), or let `machine_for` do it."""
@@ -95,7 +117,10 @@ class OrderflowMachine(RuleBasedStateMachine):
         self.stall_release: asyncio.Future[None] | None = None
         self.stalls: list[Stall] = []
         self._stack = AsyncExitStack()
+        self.errors = UnexpectedErrors()
         self.world = self.make_world()
+        self._stack.push(self.errors.__exit__)
+        self.errors.__enter__()
 
     def make_world(self) -> SimWorld:
         """The store from the factory, opened on a new loop and wrapped for recording."""
@@ -159,6 +184,7 @@ class OrderflowMachine(RuleBasedStateMachine):
             w.clock.advance(w.timing.reservation_ttl_s + 1)
             w.settle(max_rounds=400)
         check_all_rules(w)
+        self.nothing_raised_unexpectedly()
         for order_id in w.order_ids:
             aggregate = w.load(order_id)
             assert aggregate.order.is_terminal or aggregate.needs_attention, (
@@ -270,6 +296,12 @@ class OrderflowMachine(RuleBasedStateMachine):
     @invariant()
     def the_six_rules_hold(self) -> None:
         check_all_rules(self.world)
+
+    @invariant()
+    def nothing_raised_unexpectedly(self) -> None:
+        """No decision, store call or adapter raised: the executor survives such a bug by
+        leaving the step to lease expiry, which would hide it from the rules."""
+        assert not self.errors.records, [r.getMessage() for r in self.errors.records]
 
 
 def machine_for(

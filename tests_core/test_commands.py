@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import pytest
 
 from orderflow_core import (
@@ -13,7 +15,7 @@ from orderflow_core import (
     StepStatus,
 )
 from tests_core.reach import REACHERS, reach
-from tests_core.world import CUSTOMER, OPERATOR
+from tests_core.world import CUSTOMER, OPERATOR, World
 
 STATES = sorted(REACHERS)
 
@@ -182,5 +184,149 @@ def test_an_operator_retrying_shipping_is_in_the_history_with_the_reason() -> No
         w.run(w.service.retry(OPERATOR, order_id))
         last = w.run(w.store.history(order_id))[-1]
         assert (last.to_state, last.reason) == (OrderState.SHIPPING, "operator retries shipping")
+    finally:
+        w.close()
+
+
+def test_a_cancel_before_the_reserve_step_started_is_recorded_with_its_reason() -> None:
+    w, order_id = reach("created")
+    try:
+        w.run(w.service.cancel(CUSTOMER, order_id))
+        aggregate = w.load(order_id)
+        reserve = aggregate.steps[0]
+        assert (reserve.status, reserve.last_error) == (
+            StepStatus.CANCELLED,
+            "cancelled by customer",
+        )
+        assert aggregate.order.state_reason == "cancelled before the reserve step started"
+        audit = [(a.action, a.outcome) for a in w.run(w.store.audit_entries(order_id))]
+        assert ("order.cancel", "cancelled") in audit
+    finally:
+        w.close()
+
+
+def _refused_cancel_message(w: World, order_id: UUID) -> str:
+    before = w.load(order_id)
+    with pytest.raises(InvalidTransition) as refused:
+        w.run(w.service.cancel(CUSTOMER, order_id))
+    assert w.load(order_id) == before
+    return str(refused.value)
+
+
+def test_a_cancel_between_the_reserve_steps_claim_and_its_start_is_refused() -> None:
+    """The executor owns the reserve step from its claim on, before the order says reserving."""
+    w = World()
+    try:
+        order_id = w.create()
+        w.run(w.store.claim_due(owner="worker-x", now=w.clock.now(), limit=1, lease_s=30))
+        assert w.state(order_id) is OrderState.CREATED
+        assert _refused_cancel_message(w, order_id) == (
+            "an order in 'created' cannot be cancelled now"
+        )
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("operation", "steps", "state"),
+    [(("warehouse", "reserve"), 1, "reserving"), (("payments", "charge"), 2, "paying")],
+)
+def test_a_cancel_while_a_step_waits_to_retry_is_refused(
+    operation: tuple[str, str], steps: int, state: str
+) -> None:
+    """A reserve or a charge that failed transiently and waits for its retry has been sent:
+    the order is no longer cancellable."""
+    w = World()
+    try:
+        w.sim.script(*operation, ["transient"])
+        order_id = w.create()
+        for _ in range(steps):
+            w.step()
+        assert w.state(order_id).value == state
+        assert StepStatus.RETRY_SCHEDULED in [s.status for s in w.load(order_id).steps]
+        assert _refused_cancel_message(w, order_id) == (
+            f"an order in '{state}' cannot be cancelled now"
+        )
+    finally:
+        w.close()
+
+
+def test_a_cancel_after_the_reservation_ends_cancelled_once_the_stock_is_back() -> None:
+    w, order_id = reach("cancelling")
+    try:
+        w.settle()
+        aggregate = w.load(order_id)
+        assert aggregate.order.state is OrderState.CANCELLED
+        assert aggregate.order.state_reason == "reservation released after cancel"
+        assert aggregate.order.reservation_status == "released"
+    finally:
+        w.close()
+
+
+def test_a_cancel_of_a_reserved_order_records_every_part_of_it() -> None:
+    w, order_id = reach("reserved")
+    try:
+        w.run(w.service.cancel(CUSTOMER, order_id))
+        aggregate = w.load(order_id)
+        assert aggregate.order.state is OrderState.CANCELLING
+        assert aggregate.order.state_reason == "cancelled by customer"
+        waiting = {
+            s.kind.value: (s.status, s.last_error)
+            for s in aggregate.steps
+            if s.kind.value in ("charge", "expire_reservation")
+        }
+        assert waiting == {
+            "charge": (StepStatus.CANCELLED, "cancelled by customer"),
+            "expire_reservation": (StepStatus.CANCELLED, "cancelled by customer"),
+        }
+        audit = [
+            (a.action, a.outcome, a.details)
+            for a in w.run(w.store.audit_entries(order_id))
+            if a.action in ("order.cancel", "compensation.release_reservation")
+        ]
+        assert audit == [
+            ("order.cancel", "cancelling", {}),
+            ("compensation.release_reservation", "requested", {"reason": "cancelled by customer"}),
+        ]
+    finally:
+        w.close()
+
+
+def test_a_refused_cancel_names_the_state_and_the_cancelled_target() -> None:
+    w, order_id = reach("paid")
+    try:
+        with pytest.raises(InvalidTransition) as refused:
+            w.run(w.service.cancel(CUSTOMER, order_id))
+        assert (refused.value.current_state, refused.value.requested) == ("paid", "cancelled")
+        assert str(refused.value) == "an order in 'paid' cannot be cancelled now"
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("who", ["customer", "operator"])
+def test_a_retry_re_arms_the_step_with_a_fresh_budget_and_is_audited(who: str) -> None:
+    principal = CUSTOMER if who == "customer" else OPERATOR
+    w, order_id = reach("paying_stopped")
+    try:
+        before = w.load(order_id).current_step
+        assert before is not None
+        assert before.last_error
+        w.run(w.service.retry(principal, order_id))
+        step = w.load(order_id).step(before.step_id)
+        assert step is not None
+        assert (step.status, step.last_error, step.next_attempt_at) == (
+            StepStatus.PENDING,
+            None,
+            w.clock.now(),
+        )
+        assert (step.armed_attempt, step.max_attempts) == (before.attempt, before.attempt + 5)
+        audit = [
+            (a.action, a.outcome, a.step_id, a.details)
+            for a in w.run(w.store.audit_entries(order_id))
+            if a.action == "manual.retry"
+        ]
+        assert audit == [
+            ("manual.retry", "re-armed", step.step_id, {"kind": "charge", "role": who})
+        ]
     finally:
         w.close()

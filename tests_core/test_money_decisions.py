@@ -251,6 +251,7 @@ def test_the_expiry_before_any_charge_was_sent_releases_and_cancels_the_charge()
     assert after.order.state_reason == "reservation_expired"
     assert after.order.reservation_expired
     assert kinds(after, StepKind.CHARGE) == [StepStatus.CANCELLED]
+    assert [s.last_error for s in after.steps_of(StepKind.CHARGE)] == ["reservation_expired"]
     assert kinds(after, StepKind.RELEASE_RESERVATION) == [StepStatus.PENDING]
 
 
@@ -350,7 +351,11 @@ def payment_in_doubt() -> tuple[World, OrderAggregate, Claim]:
         (Transient("503"), StepStatus.RETRY_SCHEDULED, "503"),
         (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout"),
         (Succeeded({"status": "pending"}), StepStatus.RETRY_SCHEDULED, "charge pending"),
-        (Broken("status: HTTP 200 with a malformed body"), StepStatus.BLOCKED, "malformed"),
+        (
+            Broken("status: HTTP 200 with a malformed body"),
+            StepStatus.BLOCKED,
+            "status: HTTP 200 with a malformed body",
+        ),
         (Refused("card_declined"), StepStatus.BLOCKED, "card_declined"),
         (Succeeded({"status": "refunded"}), StepStatus.BLOCKED, "unexpected status 'refunded'"),
     ],
@@ -365,7 +370,7 @@ def test_a_status_check_that_settles_nothing_keeps_the_payment_unknown(
     step = after.latest(StepKind.RECONCILE_PAYMENT)
     assert step is not None
     assert step.status is status
-    assert error in (step.last_error or "")
+    assert step.last_error == error
     assert after.latest(StepKind.CHARGE) == aggregate.latest(StepKind.CHARGE)  # not re-armed
     assert not list(after.steps_of(StepKind.RELEASE_RESERVATION))
 
@@ -375,8 +380,19 @@ def test_a_status_check_that_finds_the_charge_succeeded_pays_the_order() -> None
     answer = Succeeded({"status": "succeeded", "payment_reference": "pay-1"})
     after = result(w, aggregate, check, answer, w.clock.now() + 2 * SECOND)
     assert after.order.state is S.PAID
+    assert after.order.state_reason == "reconciliation confirmed the charge"
     assert after.order.payment_reference == "pay-1"
     assert kinds(after, StepKind.CHARGE) == [StepStatus.SUCCEEDED]
+    # Both the status check and the charge it settled keep the provider's answer.
+    assert [s.result for s in after.steps_of(StepKind.RECONCILE_PAYMENT)] == [answer.result]
+    assert [s.result for s in after.steps_of(StepKind.CHARGE)] == [answer.result]
+
+
+def test_a_confirmed_charge_without_a_reference_records_none_rather_than_a_made_up_one() -> None:
+    w, aggregate, check = payment_in_doubt()
+    after = result(w, aggregate, check, Succeeded({"status": "succeeded"}), w.clock.now() + SECOND)
+    assert after.order.state is S.PAID
+    assert after.order.payment_reference is None
     assert kinds(after, StepKind.SHIP) == [StepStatus.PENDING]
     assert kinds(after, StepKind.EXPIRE_RESERVATION) == [StepStatus.CANCELLED]
 
@@ -385,7 +401,9 @@ def test_a_status_check_that_finds_the_charge_failed_releases() -> None:
     w, aggregate, check = payment_in_doubt()
     after = result(w, aggregate, check, Succeeded({"status": "failed"}), w.clock.now() + SECOND)
     assert after.order.state is S.RELEASING
+    assert after.order.state_reason == "payment_failed"
     assert after.order.payment_status == "failed"
+    assert [s.result for s in after.steps_of(StepKind.RECONCILE_PAYMENT)] == [{"status": "failed"}]
     assert kinds(after, StepKind.RELEASE_RESERVATION) == [StepStatus.PENDING]
 
 
@@ -500,7 +518,11 @@ def test_a_status_check_claimed_after_the_order_left_payment_unknown_is_not_sent
     step = after.latest(StepKind.RECONCILE_PAYMENT)
     assert step is not None
     assert step.status is StepStatus.SUCCEEDED
-    assert step.attempts[-1].outcome == "not_sent"
+    assert step.result == {"skipped": "payment no longer unknown"}
+    assert (step.attempts[-1].outcome, step.attempts[-1].error) == (
+        "not_sent",
+        "payment no longer unknown",
+    )
     assert after.order.state is S.PAID
 
 
@@ -514,8 +536,9 @@ def test_a_charge_stopped_with_an_unknown_outcome_is_never_retried_whatever_the_
     )
     aggregate = replace_step(aggregate, stopped)
     assert aggregate.order.state is S.PAYING
-    with pytest.raises(NotRetryable, match="reconcile instead"):
+    with pytest.raises(NotRetryable) as refused:
         commands.retry(aggregate, OPERATOR, ctx(w))
+    assert str(refused.value) == "the payment outcome is unknown: reconcile instead"
     retried = commands.retry(
         replace_step(aggregate, attrs.evolve(stopped, last_error="503")), OPERATOR, ctx(w)
     )
@@ -537,7 +560,11 @@ def test_a_manual_reconcile_queues_one_status_check_not_two() -> None:
     change = commands.reconcile(blocked, OPERATOR, ctx(w))
     queued = blocked.with_change(change)
     assert kinds(queued, StepKind.RECONCILE_PAYMENT) == [StepStatus.BLOCKED, StepStatus.PENDING]
-    assert [(a.action, a.outcome) for a in change.audit] == [("manual.reconcile", "queued")]
+    new_check = queued.latest(StepKind.RECONCILE_PAYMENT)
+    assert new_check is not None
+    assert [(a.action, a.outcome, a.step_id, a.details) for a in change.audit] == [
+        ("manual.reconcile", "queued", new_check.step_id, {"role": "operator"})
+    ]
 
 
 # -- what the record says about why --------------------------------------------------------------
@@ -651,3 +678,240 @@ def test_the_expiry_in_payment_unknown_says_the_status_checks_stopped_for_a_pers
     check = after.latest(StepKind.RECONCILE_PAYMENT)
     assert check is not None
     assert check.last_error == "reservation expired: manual reconciliation"
+
+
+# -- giving the stock back ---------------------------------------------------------------------
+def releasing() -> tuple[World, OrderAggregate, Claim]:
+    """The charge was declined; the release is claimed and sent under the reserve's key."""
+    w, aggregate, leased = charge_in_flight()
+    now = w.clock.now() + SECOND
+    aggregate = result(w, aggregate, leased, Refused("card_declined"), now)
+    assert aggregate.order.state is S.RELEASING
+    aggregate, release = claim(aggregate, StepKind.RELEASE_RESERVATION, now)
+    aggregate, plan = start(w, aggregate, release, now)
+    reserve = aggregate.latest(StepKind.RESERVE)
+    assert reserve is not None
+    assert plan is not None
+    assert plan.reservation_key == reserve.idempotency_key
+    return w, aggregate, release
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [({"status": "released"}, "released"), ({"status": "nothing_to_release"}, "nothing_to_release"),
+     ({}, "released")],
+)
+def test_a_release_records_what_the_warehouse_said(answer: dict[str, str], status: str) -> None:
+    w, aggregate, release = releasing()
+    change, _ = saga.decide_result(
+        aggregate, release, Succeeded(answer), ctx(w, w.clock.now() + SECOND)
+    )
+    after = aggregate.with_change(change)
+    assert after.order.state is S.PAYMENT_FAILED
+    assert after.order.state_reason == "card_declined"  # why the stock was given back
+    assert after.order.reservation_status == status
+    step = after.step(release.step_id)
+    assert step is not None
+    assert step.status is StepStatus.SUCCEEDED
+    assert step.result == answer
+    released = [e for e in change.events if e.type == "reservation.released"]
+    assert [e.payload for e in released] == [
+        {"order_id": str(after.order.order_id), "status": status, "step_id": str(step.step_id)}
+    ]
+    assert ("compensation.release_reservation", status) in [
+        (a.action, a.outcome) for a in change.audit
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "error"),
+    [
+        (Transient("503"), StepStatus.RETRY_SCHEDULED, "503"),
+        (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout"),
+        (Refused("no_such_reservation"), StepStatus.BLOCKED, "no_such_reservation"),
+        (Broken("release: HTTP 418"), StepStatus.BLOCKED, "release: HTTP 418"),
+    ],
+)
+def test_a_release_that_did_not_happen_is_retried_or_blocked_and_the_order_waits(
+    answer: Outcome, status: StepStatus, error: str
+) -> None:
+    w, aggregate, release = releasing()
+    after = result(w, aggregate, release, answer, w.clock.now() + SECOND)
+    assert after.order.state is S.RELEASING
+    assert after.order.reservation_status == "held"
+    step = after.step(release.step_id)
+    assert step is not None
+    assert (step.status, step.last_error) == (status, error)
+
+
+def test_an_unknown_charge_outcome_never_queues_a_second_status_check() -> None:
+    """A status check waits to ask again (it found no charge while an attempt was in flight);
+    that attempt's own outcome then comes back unknown: the check already queued is enough."""
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    now = w.clock.now() + SECOND
+    lease = now + LEASE
+    retrying = attrs.evolve(
+        charge,
+        status=StepStatus.RUNNING,
+        attempt=2,
+        lease_owner="worker-c",
+        lease_expires_at=lease,
+        attempts=(*charge.attempts, attrs.evolve(charge.attempts[0], attempt=2, outcome=None)),
+    )
+    aggregate = replace_step(aggregate, retrying)
+    aggregate = result(w, aggregate, check, Refused("not_found"), now)
+    assert kinds(aggregate, StepKind.RECONCILE_PAYMENT) == [StepStatus.RETRY_SCHEDULED]
+    second = Claim(charge.step_id, charge.order_id, StepKind.CHARGE, 2, "worker-c", lease)
+    after = result(w, aggregate, second, UnknownOutcome("timeout"), now + SECOND)
+    assert after.order.state is S.PAYMENT_UNKNOWN
+    assert kinds(after, StepKind.RECONCILE_PAYMENT) == [StepStatus.RETRY_SCHEDULED]
+
+
+def test_a_late_charge_success_pays_and_cancels_the_waiting_status_check() -> None:
+    w, aggregate, check = payment_in_doubt()
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    now = w.clock.now() + SECOND
+    lease = now + LEASE
+    retrying = attrs.evolve(
+        charge,
+        status=StepStatus.RUNNING,
+        attempt=2,
+        lease_owner="worker-c",
+        lease_expires_at=lease,
+        attempts=(*charge.attempts, attrs.evolve(charge.attempts[0], attempt=2, outcome=None)),
+    )
+    aggregate = result(w, replace_step(aggregate, retrying), check, Refused("not_found"), now)
+    second = Claim(charge.step_id, charge.order_id, StepKind.CHARGE, 2, "worker-c", lease)
+    paid = Succeeded({"payment_reference": "p-2", "status": "succeeded"})
+    after = result(w, aggregate, second, paid, now + SECOND)
+    assert after.order.state is S.PAID
+    status_check = after.latest(StepKind.RECONCILE_PAYMENT)
+    assert status_check is not None
+    assert (status_check.status, status_check.last_error) == (
+        StepStatus.CANCELLED,
+        "payment confirmed",
+    )
+
+
+def test_a_charge_answer_is_kept_on_its_step_and_a_missing_reference_is_none() -> None:
+    w, aggregate, leased = charge_in_flight()
+    answer = Succeeded({"payment_reference": "p-1", "status": "succeeded"})
+    paid = result(w, aggregate, leased, answer, w.clock.now() + SECOND)
+    assert [s.result for s in paid.steps_of(StepKind.CHARGE)] == [answer.result]
+    assert paid.order.payment_reference == "p-1"
+    bare = result(w, aggregate, leased, Succeeded({"status": "succeeded"}), w.clock.now() + SECOND)
+    assert bare.order.state is S.PAID
+    assert bare.order.payment_reference is None
+
+
+def test_a_declined_charge_marks_the_payment_failed() -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, Refused("card_declined"), w.clock.now() + SECOND)
+    assert after.order.payment_status == "failed"
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.FAILED, "card_declined")
+
+
+@pytest.mark.parametrize(("detail", "error"), [("503", "503"), ("", "transient")])
+def test_a_transient_failure_after_the_hold_ran_out_stops_the_charge_saying_why(
+    detail: str, error: str
+) -> None:
+    w, aggregate, leased = charge_in_flight()
+    aggregate = attrs.evolve(
+        aggregate, order=attrs.evolve(aggregate.order, reservation_expires_at=w.clock.now())
+    )
+    after = result(w, aggregate, leased, Transient(detail), w.clock.now() + SECOND)
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.FAILED, error)
+    assert after.order.state is S.RELEASING
+
+
+@pytest.mark.parametrize(
+    ("detail", "reason"), [("charge: timed out", "charge: timed out"), ("", "outcome unknown")]
+)
+def test_an_unknown_charge_outcome_says_why_the_payment_is_in_doubt(
+    detail: str, reason: str
+) -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, UnknownOutcome(detail), w.clock.now() + SECOND)
+    assert after.order.state is S.PAYMENT_UNKNOWN
+    assert after.order.state_reason == reason
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert charge.last_error == f"outcome_unknown: {reason}"
+
+
+def test_a_charge_sends_the_orders_total_and_currency() -> None:
+    w, aggregate = reserved()
+    aggregate, leased = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    _, plan = start(w, aggregate, leased)
+    assert plan is not None
+    assert (plan.amount_minor, plan.currency) == (aggregate.order.total_minor, "RUB")
+
+
+def test_a_charge_claimed_after_the_hold_ran_out_is_not_sent_and_the_stock_goes_back() -> None:
+    w, aggregate = reserved()
+    expires = aggregate.order.reservation_expires_at
+    assert expires is not None
+    aggregate, leased = claim(aggregate, StepKind.CHARGE, expires)
+    after, plan = start(w, aggregate, leased, expires)
+    assert plan is None
+    assert after.order.reservation_expired
+    assert (after.order.state, after.order.state_reason) == (S.RELEASING, "reservation_expired")
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert (charge.status, charge.last_error) == (StepStatus.CANCELLED, "reservation_expired")
+    assert charge.attempts[-1].outcome == "not_sent"
+
+
+def test_a_charge_not_re_sent_says_an_earlier_attempts_outcome_is_unknown() -> None:
+    w, aggregate, _ = charge_in_flight()
+    aggregate = with_first_charge_attempt(aggregate, "unknown")
+    aggregate, second = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    after, _ = start(w, aggregate, second)
+    assert after.order.state_reason == "an earlier attempt's outcome is unknown"
+
+
+def test_a_reservation_records_the_hold_and_the_warehouses_answer() -> None:
+    w = World()
+    try:
+        order_id = w.create()
+        now = w.clock.now()
+        w.step()
+        aggregate = w.load(order_id)
+    finally:
+        w.close()
+    order = aggregate.order
+    reserve = aggregate.latest(StepKind.RESERVE)
+    assert reserve is not None
+    assert order.reservation_id
+    assert reserve.result == {"reservation_id": order.reservation_id, "status": "held"}
+    assert (order.reservation_status, order.reserved_at) == ("held", now)
+    assert order.reservation_expires_at == now + timedelta(seconds=w.timing.reservation_ttl_s)
+
+
+def test_each_attempt_keeps_the_detail_of_its_outcome() -> None:
+    w, aggregate, leased = charge_in_flight()
+    after = result(w, aggregate, leased, Refused("card_declined"), w.clock.now() + SECOND)
+    charge = after.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert [(a.outcome, a.error) for a in charge.attempts] == [("refused", "card_declined")]
+
+
+def test_a_start_is_written_only_under_the_claims_generation_and_a_stale_one_is_recorded() -> None:
+    w, aggregate = reserved()
+    fresh, leased = claim(aggregate, StepKind.CHARGE, w.clock.now())
+    change, _ = saga.decide_start(fresh, leased, ctx(w))
+    assert change.guard == leased.guard  # the store applies it only if the generation holds
+    taken, _ = claim(fresh, StepKind.CHARGE, w.clock.now(), owner="worker-other")
+    stale, plan = saga.decide_start(taken, leased, ctx(w))
+    assert plan is None
+    assert stale.is_empty
+    assert stale.guard == leased.guard
+    assert stale.on_reject is not None
+    assert (stale.on_reject.action, stale.on_reject.actor) == ("step.result_rejected", OWNER)

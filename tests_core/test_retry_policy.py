@@ -18,6 +18,7 @@ from orderflow_core import (
 )
 
 POLICY = RetryPolicy()
+DELAYS = "delays_s must be non-empty and non-negative"
 
 
 @pytest.mark.parametrize(
@@ -105,19 +106,20 @@ def test_the_limits_of_a_sensible_policy_are_accepted(kwargs: dict[str, object])
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"delays_s": ()}, "delays_s"),
-        ({"delays_s": (1.0, -0.001)}, "delays_s"),
-        ({"attempts_per_budget": 0}, "attempts_per_budget"),
-        ({"attempts_per_budget": -3}, "attempts_per_budget"),
-        ({"jitter": 1.0}, "jitter"),
-        ({"jitter": -0.01}, "jitter"),
+        ({"delays_s": ()}, DELAYS),
+        ({"delays_s": (1.0, -0.001)}, DELAYS),
+        ({"attempts_per_budget": 0}, "attempts_per_budget must be at least 1"),
+        ({"attempts_per_budget": -3}, "attempts_per_budget must be at least 1"),
+        ({"jitter": 1.0}, "jitter must be in [0, 1)"),
+        ({"jitter": -0.01}, "jitter must be in [0, 1)"),
     ],
 )
 def test_each_limit_is_refused_just_past_it_naming_the_setting(
     kwargs: dict[str, object], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as refused:
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+    assert str(refused.value) == message
 
 
 def test_a_one_attempt_budget_gives_up_after_the_first_failure() -> None:
@@ -148,3 +150,7 @@ def test_an_unknown_outcome_follows_the_same_schedule_and_budget() -> None:
 
 def test_a_broken_answer_blocks_even_when_the_budget_is_spent() -> None:
     assert POLICY.decide(StepKind.SHIP, 5, Broken("400")) == Block()
+
+
+def test_jitter_without_a_random_source_leaves_the_delay_exact() -> None:
+    assert RetryPolicy(jitter=0.25).decide(StepKind.SHIP, 3, Transient()) == RetryAt(4.0)

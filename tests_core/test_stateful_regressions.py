@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from orderflow_core import Item, saga
+from orderflow_core import Item, StepKind, saga
 from tests_core.test_stateful import OrderflowMachine
 
 
@@ -21,6 +21,7 @@ def replay(machine: OrderflowMachine, steps: list[Callable[[OrderflowMachine], o
         for step in steps:
             step(machine)
             machine.the_six_rules_hold()
+            machine.nothing_raised_unexpectedly()
     finally:
         machine.teardown()
 
@@ -33,7 +34,24 @@ STALE_CHARGE_THEN_RECONCILED: list[Callable[[OrderflowMachine], object]] = [
     lambda m: m.run_executor(executor=0, crash=None),  # takeover: payment in doubt
     lambda m: m.run_executor(executor=0, crash=None),  # status check: no charge under the key
     lambda m: m.resume(0),  # the stale owner wakes up
+    lambda m: stale_attempt_reads(m, "not_charged"),  # the case the old oracle misread
 ]
+
+
+def charge_attempts(m: OrderflowMachine) -> list[str | None]:
+    aggregate = m.world.load(m.world.order_ids[0])
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    return [a.outcome for a in charge.attempts]
+
+
+def stale_attempt_reads(m: OrderflowMachine, outcome: str) -> None:
+    assert charge_attempts(m)[0] == outcome
+
+
+def result_was_dropped(m: OrderflowMachine) -> None:
+    assert charge_attempts(m) == [None]  # the charge's result was not written
+    assert m.world.load(m.world.order_ids[0]).order.state.value == "paying"
 
 
 def test_a_stale_charge_attempt_relabelled_by_a_later_reconciliation_is_no_stale_write() -> None:
@@ -49,6 +67,7 @@ STALE_RESULT_AFTER_LEASE_RAN_OUT: list[Callable[[OrderflowMachine], object]] = [
     lambda m: m.stall_executor(executor=0, point="after_call"),  # charged, result not committed
     lambda m: m.advance_clock(seconds=31),  # the lease ran out; nobody took over yet
     lambda m: m.resume(0),  # the stale owner tries to commit its result
+    result_was_dropped,
 ]
 
 
@@ -65,3 +84,22 @@ def test_the_machine_catches_a_stale_owner_that_writes(monkeypatch: pytest.Monke
     )
     with pytest.raises(AssertionError, match="a stale owner wrote after losing its lease"):
         replay(OrderflowMachine(), STALE_RESULT_AFTER_LEASE_RAN_OUT)
+
+
+def test_the_machine_catches_a_decision_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor survives a decision that raises (the step is left to lease expiry, and a
+    later attempt may well succeed), so the rules alone would not notice; the machine does."""
+
+    def broken_handler(*args: object) -> None:
+        raise TypeError("a bug in the release handler")
+
+    monkeypatch.setitem(saga.HANDLERS, StepKind.RELEASE_RESERVATION, broken_handler)
+    steps: list[Callable[[OrderflowMachine], object]] = [
+        lambda m: m.create_order(lines=[Item("sku-a", 1, 100)]),
+        lambda m: m.world.sim.script("payments", "charge", ["permanent"]),
+        lambda m: m.run_executor(executor=0, crash=None),  # reserve
+        lambda m: m.run_executor(executor=0, crash=None),  # charge refused: release
+        lambda m: m.run_executor(executor=0, crash=None),  # the release's result raises
+    ]
+    with pytest.raises(AssertionError, match=r"failed unexpectedly"):
+        replay(OrderflowMachine(), steps)
