@@ -20,6 +20,8 @@ SHIPPING = [*PAID, ("paid", "shipping", "ship step started", W)]
 CREATED_AUDIT = ("order.created", "created", {"idempotency_key": "key-1"})
 PAID_AUDIT = ("step.cancelled", "expire_reservation", {"reason": "payment confirmed"})
 
+WAITS = "order.needs_attention"
+OPERATOR_ACTOR = "operator:order_operator"
 RESEND = "reconciliation found no charge: re-send with the same key"
 
 PATHS = {
@@ -112,8 +114,11 @@ def test_each_path_leaves_its_reasons_events_and_audit(path: str) -> None:
         assert found == history
         w.publish()
         events = w.run(w.store.events(after=0, limit=100))
-        transitions = [e for e in events if e.type.startswith("order.")]
+        transitions = [e for e in events if e.type.startswith("order.") and e.type != WAITS]
         assert [e.type for e in transitions] == [f"order.{h[1]}" for h in history]
+        # An order that ends waiting for a person says so, once, with why.
+        waiting = [e.payload["reason"] for e in events if e.type == WAITS]
+        assert waiting == (["shipping_failed"] if history[-1][1] == "shipping_failed" else [])
         assert [(e.payload["from"], e.payload["to"], e.payload["reason"]) for e in transitions] == [
             h[:3] for h in history
         ]
@@ -155,11 +160,11 @@ def test_a_full_refund_after_a_failed_shipment_is_recorded_from_request_to_refun
         assert events == [
             (
                 "refund.requested",
-                {**ids, "amount_minor": total, "reason": "lost"},
+                {**ids, "actor": OPERATOR_ACTOR, "amount_minor": total, "reason": "lost"},
             ),
             (
                 "refund.succeeded",
-                {**ids, "amount_minor": total},
+                {**ids, "actor": W, "amount_minor": total},
             ),
         ]
         entries = [
@@ -175,6 +180,9 @@ def test_a_full_refund_after_a_failed_shipment_is_recorded_from_request_to_refun
                 {"refund_id": rid, "amount_minor": total, "reason": "lost"},
             ),
             ("compensation.refund", "succeeded", W, {"refund_id": rid, "amount_minor": total}),
+            # The refund ended the order: the stock it held goes back to the warehouse.
+            ("compensation.release_reservation", "requested", W, {"reason": "refunded"}),
+            ("compensation.release_reservation", "released", W, {}),
         ]
     finally:
         w.close()

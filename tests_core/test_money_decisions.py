@@ -716,7 +716,12 @@ def test_a_release_records_what_the_warehouse_said(answer: dict[str, str], statu
     assert step.result == answer
     released = [e for e in change.events if e.type == "reservation.released"]
     assert [e.payload for e in released] == [
-        {"order_id": str(after.order.order_id), "status": status, "step_id": str(step.step_id)}
+        {
+            "order_id": str(after.order.order_id),
+            "actor": release.owner,
+            "status": status,
+            "step_id": str(step.step_id),
+        }
     ]
     assert ("compensation.release_reservation", status) in [
         (a.action, a.outcome) for a in change.audit
