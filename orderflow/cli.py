@@ -13,6 +13,7 @@ from typing import Any
 from orderflow import logs, runtime
 from orderflow.config import ConfigError, Settings, load_settings
 from orderflow.seed import seed_users
+from orderflow.tracing import export_traces
 from orderflow_mocks import run_mocks
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate
 from orderflow_pg.errors import MigrationChecksumMismatch
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orderflow: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format)
+    export_traces()  # OTEL_EXPORTER_OTLP_ENDPOINT with the `otel` extra installed
     if args.command == "mocks":
         run_mocks(
             "127.0.0.1", settings.mocks_port, settings.mocks_latency_ms, settings.mocks_hold_s
@@ -98,13 +100,14 @@ async def serve(settings: Settings) -> None:
         await _migrate(url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
+            telemetry = runtime.make_telemetry(settings, store)  # the API's /metrics covers all
             async with (
                 runtime.simulated_services_if_needed(settings) as mocks_url,
-                runtime.outbound_services(settings, mocks_url) as services,
-                runtime.serving_api(store, settings) as api_url,
+                runtime.outbound_services(settings, mocks_url, telemetry) as services,
+                runtime.serving_api(store, settings, telemetry) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
-                await runtime.run_workers(store, services, settings, url, stop)
+                await runtime.run_workers(store, services, settings, url, stop, telemetry)
     print("orderflow stopped", flush=True)
 
 
@@ -113,12 +116,16 @@ async def worker(settings: Settings) -> None:
     stop = _stop_event()
     async with runtime.database_url(settings) as url:
         await migrate(url)
-        async with (
-            runtime.open_store(url, settings) as store,
-            runtime.outbound_services(settings) as services,
-        ):
-            print(f"orderflow worker {settings.worker_id} running", flush=True)
-            await runtime.run_workers(store, services, settings, url, stop)
+        async with runtime.open_store(url, settings) as store:
+            telemetry = runtime.make_telemetry(settings, store)
+            async with (
+                runtime.outbound_services(settings, telemetry=telemetry) as services,
+                runtime.serving_metrics(settings, telemetry) as metrics_url,
+            ):
+                print(f"orderflow worker {settings.worker_id} running", flush=True)
+                if metrics_url:
+                    print(f"metrics: {metrics_url}/metrics", flush=True)
+                await runtime.run_workers(store, services, settings, url, stop, telemetry)
     print(f"orderflow worker {settings.worker_id} stopped", flush=True)
 
 
@@ -129,7 +136,8 @@ async def api(settings: Settings) -> None:
         await _migrate(url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
-            async with runtime.serving_api(store, settings) as api_url:
+            telemetry = runtime.make_telemetry(settings, store)
+            async with runtime.serving_api(store, settings, telemetry) as api_url:
                 print(f"orderflow API: {api_url}/api/v1", flush=True)
                 await stop.wait()
 

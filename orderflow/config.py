@@ -45,6 +45,9 @@ class Settings:
     token_cache_s: float
     timing: Timing
     log_format: str = "text"
+    metrics: bool = True
+    tracing: bool = True
+    metrics_port: int = 0
 
     @property
     def external_services(self) -> bool:
@@ -172,6 +175,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         token_cache_s=_get(env, "ORDERFLOW_TOKEN_CACHE_S", _non_negative, 5.0),
         timing=timing,
         log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
+        metrics=_get(env, "ORDERFLOW_METRICS", _flag, True),
+        tracing=_get(env, "ORDERFLOW_TRACING", _flag, True),
+        metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
     )
 
 

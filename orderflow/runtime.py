@@ -14,13 +14,17 @@ from psycopg import sql
 
 from orderflow.config import Settings
 from orderflow_core import Executor, OrderService, Services, SystemClock
+from orderflow_core.observe import NULL_OBSERVER
 from orderflow_core.relay import EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
+from orderflow_http.api.metrics import metrics_app
+from orderflow_http.telemetry import Telemetry
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
 from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
+from orderflow_pg.probes import PgProbe
 
 log = logging.getLogger("orderflow")
 STEPS_CHANNEL = "orderflow_steps"
@@ -47,9 +51,38 @@ async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore
         yield store
 
 
+def make_telemetry(settings: Settings, store: PgOrderStore) -> Telemetry:
+    """The process's metrics and tracer (ORDERFLOW_METRICS, ORDERFLOW_TRACING); its scrape-time
+    gauges read this store."""
+    probe = PgProbe(store, SystemClock())
+    return Telemetry(
+        metrics=settings.metrics,
+        tracing=settings.tracing,
+        probe=probe,
+        pool_stats=probe.pool_stats,
+    )
+
+
+@asynccontextmanager
+async def serving_metrics(settings: Settings, telemetry: Telemetry) -> AsyncIterator[str | None]:
+    """A worker's /metrics on ORDERFLOW_HTTP_HOST:ORDERFLOW_METRICS_PORT (0: none); yields its
+    base URL."""
+    if settings.metrics_port == 0 or not telemetry.serves_metrics:
+        yield None
+        return
+    runner = web.AppRunner(metrics_app(telemetry), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.http_host, settings.metrics_port)
+        await site.start()
+        yield f"http://{settings.http_host}:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 @asynccontextmanager
 async def outbound_services(
-    settings: Settings, simulated_url: str | None = None
+    settings: Settings, simulated_url: str | None = None, telemetry: Telemetry | None = None
 ) -> AsyncIterator[Services]:
     """HTTP clients of the three services, each behind its own bulkhead; a service without a
     configured URL goes to `simulated_url` (the built-in simulated services)."""
@@ -66,6 +99,7 @@ async def outbound_services(
                 bulkhead=bulkhead,
                 timeout_s=settings.timing.call_timeout_s,
                 connection_limit=settings.bulkhead_limit,
+                telemetry=telemetry,
             )
             clients.append(await stack.enter_async_context(client))
         warehouse, payments, shipping = clients
@@ -88,7 +122,9 @@ async def simulated_services_if_needed(settings: Settings) -> AsyncIterator[str 
 
 
 @asynccontextmanager
-async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[str]:
+async def serving_api(
+    store: PgOrderStore, settings: Settings, telemetry: Telemetry | None = None
+) -> AsyncIterator[str]:
     """The REST API on ORDERFLOW_HTTP_HOST:PORT; yields its base URL."""
     clock = SystemClock()
     users = CachedUsers(store.users, clock, ttl_s=settings.token_cache_s)
@@ -97,7 +133,8 @@ async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[
     async def ready() -> bool:
         return await store.ping() and await store.migrations_current()
 
-    runner = web.AppRunner(create_app(service, readiness=ready), access_log=None)
+    app = create_app(service, readiness=ready, telemetry=telemetry)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.http_host, settings.http_port)
@@ -114,6 +151,7 @@ async def run_workers(
     settings: Settings,
     url: str,
     stop: asyncio.Event,
+    telemetry: Telemetry | None = None,
 ) -> None:
     """An executor, the outbox relay and a LISTEN wake-up, until `stop`; then a graceful end."""
     clock = SystemClock()
@@ -123,12 +161,19 @@ async def run_workers(
         clock=clock,
         worker_id=settings.worker_id,
         timing=settings.timing,
+        observer=telemetry or NULL_OBSERVER,
     )
     sink: EventSink | None = None
     async with AsyncExitStack() as stack:
         if settings.webhook_url:
             sink = await stack.enter_async_context(WebhookSink(settings.webhook_url))
-        relay = OutboxRelay(store, clock, sink=sink, retry=settings.timing.retry)
+        relay = OutboxRelay(
+            store,
+            clock,
+            sink=sink,
+            retry=settings.timing.retry,
+            observer=telemetry or NULL_OBSERVER,
+        )
         tasks = [
             asyncio.create_task(executor.run(), name="executor"),
             asyncio.create_task(

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from orderflow_core.attention import log_published
 from orderflow_core.model import OutboxEvent
+from orderflow_core.observe import NULL_OBSERVER, Observer
 from orderflow_core.outcomes import Outcome, Succeeded, Transient, outcome_name
 from orderflow_core.ports import Clock
 from orderflow_core.retry import RetryPolicy
@@ -50,12 +51,14 @@ class OutboxRelay:
         sink: EventSink | None = None,
         retry: RetryPolicy | None = None,
         batch: int = 500,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self._feed = feed
         self._clock = clock
         self._sink = sink
         self._retry = retry or RetryPolicy()
         self._batch = batch
+        self._observer = observer
         self._failures = 0
         self._resume_at: datetime | None = None
 
@@ -72,6 +75,8 @@ class OutboxRelay:
             delivered.append(event.seq)
         await self._feed.mark_published(delivered, self._clock.now())
         log_published(events[: len(delivered)])
+        if delivered:
+            self._observer.events_published(len(delivered))
         return len(delivered)
 
     async def _deliver(self, event: OutboxEvent) -> bool:
