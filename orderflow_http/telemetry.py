@@ -139,51 +139,74 @@ class Telemetry:
     def _make_metrics(self) -> None:
         r = self.registry = prom.CollectorRegistry()
         self.api_requests = prom.Counter(
-            "orderflow_api_requests", "API requests answered", ["route", "method", "status"],
+            "orderflow_api_requests",
+            "API requests answered",
+            ["route", "method", "status"],
             registry=r,
         )
         self.api_duration = prom.Histogram(
-            "orderflow_api_request_duration_seconds", "API request latency",
-            ["route", "method"], buckets=DURATION_BUCKETS, registry=r,
+            "orderflow_api_request_duration_seconds",
+            "API request latency",
+            ["route", "method"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
         self.attempts = prom.Counter(
             "orderflow_step_attempts", "Step attempts run", ["kind", "outcome"], registry=r
         )
         self.step_duration = prom.Histogram(
-            "orderflow_step_duration_seconds", "Step attempt duration (call and result commit)",
-            ["kind"], buckets=DURATION_BUCKETS, registry=r,
+            "orderflow_step_duration_seconds",
+            "Step attempt duration (call and result commit)",
+            ["kind"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
         self.calls = prom.Counter(
-            "orderflow_external_calls", "Calls to the external services",
-            ["service", "operation", "outcome"], registry=r,
+            "orderflow_external_calls",
+            "Calls to the external services",
+            ["service", "operation", "outcome"],
+            registry=r,
         )
         self.call_duration = prom.Histogram(
-            "orderflow_external_call_duration_seconds", "External call latency",
-            ["service", "operation"], buckets=DURATION_BUCKETS, registry=r,
+            "orderflow_external_call_duration_seconds",
+            "External call latency",
+            ["service", "operation"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
         self.takeovers = prom.Counter(
-            "orderflow_lease_takeovers", "Steps taken over after a lease ran out", ["kind"],
+            "orderflow_lease_takeovers",
+            "Steps taken over after a lease ran out",
+            ["kind"],
             registry=r,
         )
         self.stale = prom.Counter(
-            "orderflow_stale_results_rejected", "Results not committed: the attempt no longer "
-            "owned the step", ["kind"], registry=r,
+            "orderflow_stale_results_rejected",
+            "Results not committed: the attempt no longer owned the step",
+            ["kind"],
+            registry=r,
         )
         self.claims = prom.Counter("orderflow_claims", "Claim statements run", registry=r)
         self.claim_batch = prom.Histogram(
-            "orderflow_claim_batch_size", "Steps leased per claim", buckets=BATCH_BUCKETS,
+            "orderflow_claim_batch_size",
+            "Steps leased per claim",
+            buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.commit_batch_size = prom.Histogram(
-            "orderflow_commit_batch_size", "Orders committed per group-commit transaction",
-            buckets=BATCH_BUCKETS, registry=r,
+            "orderflow_commit_batch_size",
+            "Orders committed per group-commit transaction",
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
         self.published = prom.Counter(
             "orderflow_outbox_events_published", "Outbox events published", registry=r
         )
         self.rejected = prom.Counter(
-            "orderflow_bulkhead_rejected", "Calls refused by a full bulkhead (policy reject)",
-            ["service"], registry=r,
+            "orderflow_bulkhead_rejected",
+            "Calls refused by a full bulkhead (policy reject)",
+            ["service"],
+            registry=r,
         )
         r.register(_Gauges(self))
 
@@ -255,17 +278,16 @@ class Telemetry:
             if span is None:
                 yield observed
             else:
-                with trace.use_span(span, end_on_exit=True):
+                with trace.use_span(span, end_on_exit=False):
                     yield observed
         finally:
             outcome = observed.outcome or "lost"
             if span is not None:
                 span.set_attribute("outcome", outcome)
+                span.end()
             if self.registry is not None:
                 self.attempts.labels(claim.kind.value, outcome).inc()
-                self.step_duration.labels(claim.kind.value).observe(
-                    time.perf_counter() - started
-                )
+                self.step_duration.labels(claim.kind.value).observe(time.perf_counter() - started)
 
     # -- adapters' own reports ---------------------------------------------------------------
 
@@ -296,17 +318,16 @@ class Telemetry:
             if span is None:
                 yield observed
             else:
-                with trace.use_span(span, end_on_exit=True):
+                with trace.use_span(span, end_on_exit=False):
                     yield observed
         finally:
             outcome = observed.outcome or "error"
             if span is not None:
                 span.set_attribute("outcome", outcome)
+                span.end()
             if self.registry is not None:
                 self.calls.labels(service, operation, outcome).inc()
-                self.call_duration.labels(service, operation).observe(
-                    time.perf_counter() - started
-                )
+                self.call_duration.labels(service, operation).observe(time.perf_counter() - started)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         """Add the W3C `traceparent` of the current span to outgoing headers."""
@@ -341,12 +362,13 @@ class Telemetry:
             if span is None:
                 yield observed
             else:
-                with trace.use_span(span, end_on_exit=True):
+                with trace.use_span(span, end_on_exit=False):
                     yield observed
         finally:
             status = observed.outcome or "500"
             if span is not None:
                 span.set_attribute("http.response.status_code", int(status))
+                span.end()
             if self.registry is not None:
                 self.api_requests.labels(route, method, status).inc()
                 self.api_duration.labels(route, method).observe(time.perf_counter() - started)
