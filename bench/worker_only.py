@@ -20,12 +20,15 @@ import time
 from typing import Any
 
 import psycopg
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from bench import cpu, launch, pgadmin
 from bench.run import DEFAULT_URL
 from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http.telemetry import Telemetry
 from orderflow_pg import PgOrderStore
 from orderflow_pg.migrate import migrate
 
@@ -51,7 +54,23 @@ async def _shipped(conn: psycopg.AsyncConnection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, float]:
+def _telemetry(on: bool) -> Any:
+    """Metrics and recording spans (the SDK, batch-exported to a sink that drops them), as a
+    process with an OTLP endpoint configured runs; None: no observer at all."""
+    if not on:
+        return None
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    return Telemetry(tracer_provider=provider)
+
+
+async def measure(
+    server_url: str, orders: int, concurrency: int, telemetry: bool = False
+) -> dict[str, float]:
     url = pgadmin.create_database(server_url, DATABASE)
     await migrate(url)
     port = launch.free_port()
@@ -61,13 +80,14 @@ async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, f
     )
     base = f"http://127.0.0.1:{port}"
     postgres = cpu.locate_postgres(server_url)
+    observer = _telemetry(telemetry)
     try:
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
             await _create(store, orders)
             async with (
-                HttpWarehouse(base) as warehouse,
-                HttpPayments(base) as payments,
-                HttpShipping(base) as shipping,
+                HttpWarehouse(base, telemetry=observer) as warehouse,
+                HttpPayments(base, telemetry=observer) as payments,
+                HttpShipping(base, telemetry=observer) as shipping,
             ):
                 executor = Executor(
                     store=store,
@@ -75,6 +95,7 @@ async def measure(server_url: str, orders: int, concurrency: int) -> dict[str, f
                     clock=SystemClock(),
                     worker_id="bench-worker",
                     timing=Timing(max_concurrent=concurrency, chain_steps=True),
+                    **({"observer": observer} if observer is not None else {}),
                 )
                 xacts0 = pgadmin.xact_commit(server_url, DATABASE)
                 pg0 = cpu.postgres_cpu_s(postgres.postmaster) if postgres.postmaster else 0.0
@@ -110,8 +131,10 @@ def main() -> None:
                                                             DEFAULT_URL))
     p.add_argument("--orders", type=int, default=600)
     p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--telemetry", action="store_true",
+                   help="metrics and recording spans on (default: no observer)")
     args = p.parse_args()
-    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency)))
+    print(asyncio.run(measure(args.database_url, args.orders, args.concurrency, args.telemetry)))
 
 
 if __name__ == "__main__":

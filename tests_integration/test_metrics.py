@@ -5,7 +5,9 @@ counts the order waiting for a person."""
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -13,6 +15,14 @@ import psycopg
 import pytest
 from processes import CUSTOMER_TOKEN, Proc, base_env, eventually, free_port, http
 from prometheus_client.parser import text_string_to_metric_families
+
+from orderflow.config import ConfigError, load_settings
+from orderflow_core.model import Item
+from orderflow_core.outcomes import Transient
+from orderflow_core.ports import CallContext
+from orderflow_http import Bulkhead, HttpWarehouse
+from orderflow_http.telemetry import Telemetry
+from orderflow_mocks import running_mocks
 
 pytestmark = pytest.mark.postgres
 AUTH = {"Authorization": f"Bearer {CUSTOMER_TOKEN}"}
@@ -243,3 +253,56 @@ def test_a_worker_serves_its_own_metrics_on_the_metrics_port(
     )
     for proc in (worker, api):
         assert proc.terminate() == 0
+
+
+def test_a_full_bulkhead_is_seen_in_flight_and_its_refusals_are_counted() -> None:
+    telemetry = Telemetry(tracing=False)
+
+    def sample(name: str) -> float | None:
+        found: float | None = telemetry.registry.get_sample_value(name, {"service": "warehouse"})
+        return found
+
+    async def scenario() -> None:
+        async with (
+            running_mocks(latency_ms=300) as mocks,
+            HttpWarehouse(
+                mocks.url, bulkhead=Bulkhead(1, "reject"), telemetry=telemetry
+            ) as warehouse,
+        ):
+            calls = [CallContext(uuid.uuid4(), uuid.uuid4(), f"reserve:{n}") for n in range(2)]
+            first = asyncio.create_task(warehouse.reserve(calls[0], [Item("sku", 1, 100)]))
+            async with asyncio.timeout(10):  # poll the gauge until the first call holds it
+                while sample("orderflow_bulkhead_in_flight") != 1:  # noqa: ASYNC110 - a gauge
+                    await asyncio.sleep(0.01)
+            refused = await warehouse.reserve(calls[1], [Item("sku", 1, 100)])
+            assert isinstance(refused, Transient)
+            assert refused.detail == "busy"
+            await first
+        assert sample("orderflow_bulkhead_in_flight") == 0
+
+    asyncio.run(scenario())
+    assert sample("orderflow_bulkhead_rejected_total") == 1
+    outcomes = {
+        outcome: telemetry.registry.get_sample_value(
+            "orderflow_external_calls_total",
+            {"service": "warehouse", "operation": "reserve", "outcome": outcome},
+        )
+        for outcome in ("succeeded", "transient")
+    }
+    assert outcomes == {"succeeded": 1, "transient": 1}
+
+
+def test_the_metrics_settings_are_read_and_checked() -> None:
+    default = load_settings({})
+    assert (default.metrics, default.tracing, default.metrics_port) == (True, True, 0)
+    custom = load_settings(
+        {"ORDERFLOW_METRICS": "0", "ORDERFLOW_TRACING": "0", "ORDERFLOW_METRICS_PORT": "9464"}
+    )
+    assert (custom.metrics, custom.tracing, custom.metrics_port) == (False, False, 9464)
+    for variable, bad in (
+        ("ORDERFLOW_METRICS_PORT", "70000"),
+        ("ORDERFLOW_METRICS", "yes"),
+        ("ORDERFLOW_TRACING", "on"),
+    ):
+        with pytest.raises(ConfigError, match=variable):
+            load_settings({variable: bad})
