@@ -59,8 +59,8 @@ class Executor:
         self._new_id = new_id
         self._random = random
         self.observer = observer
-        # The creating request's trace context of each order whose step is about to run, read
-        # from the aggregate while it is locked (for the attempt span's link).
+        # The creating request's trace context of the order of each step about to run, read
+        # from the aggregate while it is locked (for the attempt span's link), by step id.
         self._trace_parents: dict[UUID, str | None] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -131,7 +131,7 @@ class Executor:
             elif result is not None:
                 started.append((claim, result))
                 continue
-            self._trace_parents.pop(claim.order_id, None)
+            self._trace_parents.pop(claim.step_id, None)
         return started
 
     def _decide_start(
@@ -144,7 +144,7 @@ class Executor:
         if step is not None and saga.guard_holds(agg, claim, ctx):
             if any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts):
                 self.observer.lease_taken_over(claim)
-            self._trace_parents[claim.order_id] = agg.order.trace_parent
+            self._trace_parents[claim.step_id] = agg.order.trace_parent
         return saga.decide_start(agg, claim, ctx)
 
     async def run(self) -> None:
@@ -205,7 +205,9 @@ class Executor:
         """One attempt of one claimed step: intent, call, result — then, when chaining, the
         step that result made due, whose intent was committed with it."""
         plan = await self.store.update(claim.order_id, lambda agg: self._decide_start(agg, claim))
-        if plan is not None:
+        if plan is None:
+            self._trace_parents.pop(claim.step_id, None)
+        else:
             await self._run_from(claim, plan)
 
     async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
@@ -216,7 +218,7 @@ class Executor:
 
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt
-        trace_parent = self._trace_parents.pop(claim.order_id, None)
+        trace_parent = self._trace_parents.pop(claim.step_id, None)
         with self.observer.step_attempt(claim, self.worker_id, trace_parent) as observed:
             return await self._observed_attempt(claim, plan, observed)
 
@@ -246,10 +248,8 @@ class Executor:
         except ConcurrentUpdate:
             self.observer.stale_result_rejected(claim)  # fenced off when written
             raise
-        finally:
-            self._trace_parents.pop(claim.order_id, None)
         if following is not None:
-            self._trace_parents[claim.order_id] = trace_parent_of_order
+            self._trace_parents[following[0].step_id] = trace_parent_of_order
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of
