@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from bench import cpu, launch, pgadmin
 from bench.run import DEFAULT_URL
@@ -54,22 +55,27 @@ async def _shipped(conn: psycopg.AsyncConnection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def _telemetry(on: bool) -> Any:
-    """Metrics and recording spans (the SDK, batch-exported to a sink that drops them), as a
-    process with an OTLP endpoint configured runs; None: no observer at all."""
-    if not on:
+def _telemetry(mode: str) -> Any:
+    """`off`: no observer at all; `metrics`: metrics, and the OpenTelemetry API without an SDK
+    (what a process runs with no OTLP endpoint configured); `full`: metrics and every span
+    recorded by the SDK and batch-exported (to a sink that drops them), as with an endpoint;
+    `sampled`: the same with 10 % of the traces sampled."""
+    if mode == "off":
         return None
+    if mode == "metrics":
+        return Telemetry()
+    sampler = ParentBased(TraceIdRatioBased(0.1)) if mode == "sampled" else None
     class Dropping(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Dropping()))
     return Telemetry(tracer_provider=provider)
 
 
 async def measure(
-    server_url: str, orders: int, concurrency: int, telemetry: bool = False
+    server_url: str, orders: int, concurrency: int, telemetry: str = "off"
 ) -> dict[str, float]:
     url = pgadmin.create_database(server_url, DATABASE)
     await migrate(url)
@@ -131,8 +137,9 @@ def main() -> None:
                                                             DEFAULT_URL))
     p.add_argument("--orders", type=int, default=600)
     p.add_argument("--concurrency", type=int, default=20)
-    p.add_argument("--telemetry", action="store_true",
-                   help="metrics and recording spans on (default: no observer)")
+    p.add_argument("--telemetry", choices=["off", "metrics", "full", "sampled"], default="off",
+                   help="the observer: none, metrics (+ no-op tracing API), metrics + recorded "
+                   "spans, or metrics + 10%% sampled spans")
     args = p.parse_args()
     print(asyncio.run(measure(args.database_url, args.orders, args.concurrency, args.telemetry)))
 
