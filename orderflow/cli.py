@@ -117,7 +117,7 @@ async def worker(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
         await migrate(url)
         async with runtime.open_store(url, settings) as store:
-            telemetry = runtime.make_telemetry(settings, store)
+            telemetry = runtime.make_telemetry(settings, store, database_gauges=False)
             async with (
                 runtime.outbound_services(settings, telemetry=telemetry) as services,
                 runtime.serving_metrics(settings, telemetry) as metrics_url,

@@ -51,14 +51,17 @@ async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore
         yield store
 
 
-def make_telemetry(settings: Settings, store: PgOrderStore) -> Telemetry:
-    """The process's metrics and tracer (ORDERFLOW_METRICS, ORDERFLOW_TRACING); its scrape-time
-    gauges read this store."""
+def make_telemetry(
+    settings: Settings, store: PgOrderStore, *, database_gauges: bool = True
+) -> Telemetry:
+    """The process's metrics and tracer (ORDERFLOW_METRICS, ORDERFLOW_TRACING). The gauges of
+    the whole database (outbox age, orders waiting) are read by the processes serving the API
+    only, so that summing over workers does not count them twice."""
     probe = PgProbe(store, SystemClock())
     return Telemetry(
         metrics=settings.metrics,
         tracing=settings.tracing,
-        probe=probe,
+        probe=probe if database_gauges else None,
         pool_stats=probe.pool_stats,
     )
 

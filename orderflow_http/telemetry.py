@@ -13,6 +13,7 @@ when /metrics is scraped, at most every `probe_ttl_s` seconds.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ try:
 except ImportError:  # pragma: no cover - opentelemetry-api is not installed
     trace = None  # type: ignore[assignment]
 
+log = logging.getLogger("orderflow.metrics")
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -217,7 +219,10 @@ class Telemetry:
         if self.probe is None or time.monotonic() - self._read_at < self.probe_ttl_s:
             return
         self._read_at = time.monotonic()
-        self.last_reading = await self.probe()
+        try:
+            self.last_reading = await self.probe()
+        except Exception as exc:  # the database is down: serve the rest, gauges as last read
+            log.warning("metrics: reading the database gauges failed: %s", exc)
 
     async def exposition(self) -> bytes:
         """The Prometheus text format of every metric (after a probe refresh if due)."""

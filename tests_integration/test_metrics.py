@@ -17,7 +17,9 @@ from processes import CUSTOMER_TOKEN, Proc, base_env, eventually, free_port, htt
 from prometheus_client.parser import text_string_to_metric_families
 
 from orderflow.config import ConfigError, load_settings
+from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Item
+from orderflow_core.observe import ProbeReading
 from orderflow_core.outcomes import Transient
 from orderflow_core.ports import CallContext
 from orderflow_http import Bulkhead, HttpWarehouse
@@ -243,6 +245,9 @@ def test_a_worker_serves_its_own_metrics_on_the_metrics_port(
     )
     worker_samples = scrape(url)
     assert "orderflow_api_requests_total" not in worker_samples  # the worker serves no API
+    assert "orderflow_orders_waiting" not in worker_samples  # database gauges: the API's
+    assert value(worker_samples, "orderflow_pool_connections_max") == 30
+    assert "orderflow_outbox_oldest_unpublished_age_seconds" in scrape(api_url)
     api_samples = scrape(api_url)
     assert "orderflow_step_attempts_total" not in api_samples  # the API runs no steps
     assert (
@@ -306,3 +311,24 @@ def test_the_metrics_settings_are_read_and_checked() -> None:
     ):
         with pytest.raises(ConfigError, match=variable):
             load_settings({variable: bad})
+
+
+def test_a_database_that_does_not_answer_leaves_the_last_reading_and_the_rest_served() -> None:
+    readings: list[ProbeReading | Exception] = [
+        ProbeReading(2.5, {"blocked": 3}),
+        StoreUnavailable("no connection"),
+    ]
+
+    async def probe() -> ProbeReading:
+        reading = readings.pop(0)
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    telemetry = Telemetry(tracing=False, probe=probe, probe_ttl_s=0)
+    first = asyncio.run(telemetry.exposition()).decode()
+    second = asyncio.run(telemetry.exposition()).decode()
+    assert readings == []  # both scrapes read the database
+    for text in (first, second):
+        assert 'orderflow_orders_waiting{reason="blocked"} 3.0' in text
+        assert "orderflow_outbox_oldest_unpublished_age_seconds 2.5" in text
