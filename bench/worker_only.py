@@ -24,12 +24,16 @@ import time
 from typing import Any
 
 import psycopg
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from bench import cpu, launch, pgadmin, walstats
 from bench.run import DEFAULT_URL
 from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http.telemetry import Telemetry
 from orderflow_pg import PgOrderStore
 from orderflow_pg.migrate import migrate
 
@@ -79,9 +83,34 @@ class StatementCounter:
             setattr(psycopg.AsyncCursor, name, original)
 
 
+def _telemetry(mode: str) -> Any:
+    """`off`: no observer at all; `metrics`: metrics, and the OpenTelemetry API without an SDK
+    (what a process runs with no OTLP endpoint configured); `full`: metrics and every span
+    recorded by the SDK and batch-exported (to a sink that drops them), as with an endpoint;
+    `sampled`: the same with 10 % of the traces sampled."""
+    if mode == "off":
+        return None
+    if mode == "metrics":
+        return Telemetry()
+    sampler = ParentBased(TraceIdRatioBased(0.1)) if mode == "sampled" else None
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    return Telemetry(tracer_provider=provider)
+
+
 async def measure(
-    server_url: str, orders: int, concurrency: int, database: str = DATABASE
+    server_url: str,
+    orders: int,
+    concurrency: int,
+    database: str = DATABASE,
+    telemetry: str = "off",
 ) -> dict[str, Any]:
+    observer = _telemetry(telemetry)
     url = pgadmin.create_database(server_url, database)
     await migrate(url)
     port = launch.free_port()
@@ -96,9 +125,9 @@ async def measure(
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
             await _create(store, orders)
             async with (
-                HttpWarehouse(base) as warehouse,
-                HttpPayments(base) as payments,
-                HttpShipping(base) as shipping,
+                HttpWarehouse(base, telemetry=observer) as warehouse,
+                HttpPayments(base, telemetry=observer) as payments,
+                HttpShipping(base, telemetry=observer) as shipping,
             ):
                 executor = Executor(
                     store=store,
@@ -106,6 +135,7 @@ async def measure(
                     clock=SystemClock(),
                     worker_id="bench-worker",
                     timing=Timing(max_concurrent=concurrency, chain_steps=True),
+                    **({"observer": observer} if observer is not None else {}),
                 )
                 window.open()
                 stats0 = walstats.snapshot(server_url, database)
@@ -162,8 +192,13 @@ def main() -> None:
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="event loop, as ORDERFLOW_EVENT_LOOP (a checkout without the choice "
                    "runs asyncio's)")
+    p.add_argument("--telemetry", choices=["off", "metrics", "full", "sampled"], default="off",
+                   help="the observer: none, metrics (+ no-op tracing API), metrics + recorded "
+                   "spans, or metrics + 10%% sampled spans")
     args = p.parse_args()
-    coro = measure(args.database_url, args.orders, args.concurrency, args.database)
+    coro = measure(
+        args.database_url, args.orders, args.concurrency, args.database, args.telemetry
+    )
     if importlib.util.find_spec("orderflow.eventloop") is None:
         result, loop = asyncio.run(coro), "asyncio"
     else:

@@ -17,6 +17,7 @@ from orderflow.config import ConfigError, Settings, load_settings, unknown_varia
 from orderflow.seed import seed_users
 from orderflow.startup import StartupError, listen_error, one_line
 from orderflow_core.errors import StoreUnavailable
+from orderflow.tracing import export_traces
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(settings.log_format)
     for warning in unknown_variable_warnings():
         print(f"orderflow: warning: {warning}", file=sys.stderr, flush=True)
+    export_traces()  # OTEL_EXPORTER_OTLP_ENDPOINT with the `otel` extra installed
     if args.command == "mocks":
         return _mocks(settings)
     if args.command == users_cli.COMMAND:
@@ -141,13 +143,14 @@ async def serve(settings: Settings) -> None:
         await _migrate(url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
+            telemetry = runtime.make_telemetry(settings, store)  # the API's /metrics covers all
             async with (
                 runtime.simulated_services_if_needed(settings) as mocks_url,
-                runtime.outbound_services(settings, mocks_url) as services,
-                runtime.serving_api(store, settings) as api_url,
+                runtime.outbound_services(settings, mocks_url, telemetry) as services,
+                runtime.serving_api(store, settings, telemetry) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
-                left = await runtime.run_workers(store, services, settings, url, stop)
+                left = await runtime.run_workers(store, services, settings, url, stop, telemetry)
     print(f"orderflow stopped: {left}", flush=True)
 
 
@@ -156,12 +159,16 @@ async def worker(settings: Settings) -> None:
     stop = _stop_event()
     async with runtime.database_url(settings) as url:
         await migrate(url)
-        async with (
-            runtime.open_store(url, settings) as store,
-            runtime.outbound_services(settings) as services,
-        ):
-            print(f"orderflow worker {settings.worker_id} running", flush=True)
-            left = await runtime.run_workers(store, services, settings, url, stop)
+        async with runtime.open_store(url, settings) as store:
+            telemetry = runtime.make_telemetry(settings, store, database_gauges=False)
+            async with (
+                runtime.outbound_services(settings, telemetry=telemetry) as services,
+                runtime.serving_metrics(settings, telemetry) as metrics_url,
+            ):
+                print(f"orderflow worker {settings.worker_id} running", flush=True)
+                if metrics_url:
+                    print(f"metrics: {metrics_url}/metrics", flush=True)
+                left = await runtime.run_workers(store, services, settings, url, stop, telemetry)
     print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
 
 
@@ -172,7 +179,8 @@ async def api(settings: Settings) -> None:
         await _migrate(url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
-            async with runtime.serving_api(store, settings) as api_url:
+            telemetry = runtime.make_telemetry(settings, store)
+            async with runtime.serving_api(store, settings, telemetry) as api_url:
                 print(f"orderflow API: {api_url}/api/v1", flush=True)
                 await stop.wait()
 

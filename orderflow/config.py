@@ -80,6 +80,9 @@ class Settings:
     log_format: str = "text"
     http_limits: HttpLimits = HttpLimits()
     nats: NatsSettings | None = None
+    metrics: bool = True
+    tracing: bool = True
+    metrics_port: int = 0
 
     @property
     def external_services(self) -> bool:
@@ -330,6 +333,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_get(env, "ORDERFLOW_LOG_FORMAT", _log_format, "text"),
         http_limits=_http_limits(env),
         nats=_nats(env, timing),
+        metrics=_get(env, "ORDERFLOW_METRICS", _flag, True),
+        tracing=_get(env, "ORDERFLOW_TRACING", _flag, True),
+        metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
     )
 
 

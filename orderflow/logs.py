@@ -14,6 +14,11 @@ from datetime import UTC, datetime
 
 from orderflow_core import logfields
 
+try:
+    from opentelemetry import trace as otel_trace
+except ImportError:  # pragma: no cover - tracing is optional
+    otel_trace = None  # type: ignore[assignment]
+
 TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 # Fields a record may carry (bound for the running step, or given as `extra=`), in line order.
 FIELDS = (
@@ -30,13 +35,24 @@ FIELDS = (
 )
 
 
+def current_trace_id() -> str | None:
+    """The trace id (32 hex digits) of the span current where the line is logged, if any."""
+    if otel_trace is None:
+        return None  # type: ignore[unreachable]  # without opentelemetry-api
+    context = otel_trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
 class StepFields(logging.Filter):
-    """Put the fields bound for the running step on every record that lacks them."""
+    """Put the fields bound for the running step, and the current span's trace id, on every
+    record that lacks them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         for name, value in logfields.current().items():
             if not hasattr(record, name):
                 setattr(record, name, value)
+        if not hasattr(record, "trace_id") and (trace_id := current_trace_id()):
+            record.trace_id = trace_id
         return True
 
 

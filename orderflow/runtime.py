@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import attrs
 import psycopg
+from aiohttp import web
 from psycopg import sql
 
 from orderflow.config import RELAY_BATCH_S, ConfigError, NatsSettings, Settings
@@ -20,16 +21,20 @@ from orderflow.startup import StartupError, check_database, listen_error
 from orderflow_core import Executor, OrderService, Services, SystemClock
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import OutboxEvent
+from orderflow_core.observe import NULL_OBSERVER
 from orderflow_core.outcomes import Outcome, Succeeded
 from orderflow_core.relay import AllSinks, EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
 from orderflow_http.api.server import ServerLimits, serving
+from orderflow_http.api.metrics import metrics_app
+from orderflow_http.telemetry import Telemetry
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
+from orderflow_pg.probes import PgProbe
 
 log = logging.getLogger("orderflow")
 STEPS_CHANNEL = "orderflow_steps"
@@ -58,9 +63,46 @@ async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore
         yield store
 
 
+def make_telemetry(
+    settings: Settings, store: PgOrderStore, *, database_gauges: bool = True
+) -> Telemetry:
+    """The process's metrics and tracer (ORDERFLOW_METRICS, ORDERFLOW_TRACING). The gauges of
+    the whole database (outbox age, orders waiting) are read by the processes serving the API
+    only, so that summing over workers does not count them twice."""
+    probe = PgProbe(store, SystemClock())
+    return Telemetry(
+        metrics=settings.metrics,
+        tracing=settings.tracing,
+        probe=probe if database_gauges else None,
+        pool_stats=probe.pool_stats,
+    )
+
+
+@asynccontextmanager
+async def serving_metrics(settings: Settings, telemetry: Telemetry) -> AsyncIterator[str | None]:
+    """A worker's /metrics on ORDERFLOW_HTTP_HOST:ORDERFLOW_METRICS_PORT (0: none); yields its
+    base URL."""
+    if settings.metrics_port == 0 or not telemetry.serves_metrics:
+        yield None
+        return
+    runner = web.AppRunner(metrics_app(telemetry), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.http_host, settings.metrics_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise listen_error(
+                exc, settings.http_host, settings.metrics_port, "ORDERFLOW_METRICS_PORT"
+            ) from None
+        yield f"http://{settings.http_host}:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 @asynccontextmanager
 async def outbound_services(
-    settings: Settings, simulated_url: str | None = None
+    settings: Settings, simulated_url: str | None = None, telemetry: Telemetry | None = None
 ) -> AsyncIterator[Services]:
     """HTTP clients of the three services, each behind its own bulkhead; a service without a
     configured URL goes to `simulated_url` (the built-in simulated services)."""
@@ -77,6 +119,7 @@ async def outbound_services(
                 bulkhead=bulkhead,
                 timeout_s=settings.timing.call_timeout_s,
                 connection_limit=settings.bulkhead_limit,
+                telemetry=telemetry,
             )
             clients.append(await stack.enter_async_context(client))
         warehouse, payments, shipping = clients
@@ -109,7 +152,9 @@ async def simulated_services_if_needed(settings: Settings) -> AsyncIterator[str 
 
 
 @asynccontextmanager
-async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[str]:
+async def serving_api(
+    store: PgOrderStore, settings: Settings, telemetry: Telemetry | None = None
+) -> AsyncIterator[str]:
     """The REST API on ORDERFLOW_HTTP_HOST:PORT; yields its base URL."""
     clock = SystemClock()
     users = CachedUsers(store.users, clock, ttl_s=settings.token_cache_s)
@@ -119,7 +164,9 @@ async def serving_api(store: PgOrderStore, settings: Settings) -> AsyncIterator[
         return await store.ping() and await store.migrations_current()
 
     limits = ServerLimits(**attrs.asdict(settings.http_limits))
-    app = create_app(service, readiness=ready, body_timeout_s=limits.body_timeout_s)
+    app = create_app(
+        service, readiness=ready, body_timeout_s=limits.body_timeout_s, telemetry=telemetry
+    )
     async with AsyncExitStack() as stack:
         try:
             _, port = await stack.enter_async_context(
@@ -138,6 +185,7 @@ async def run_workers(
     settings: Settings,
     url: str,
     stop: asyncio.Event,
+    telemetry: Telemetry | None = None,
 ) -> str:
     """An executor, the outbox relay and a LISTEN wake-up, until `stop`; then a graceful end.
 
@@ -149,6 +197,7 @@ async def run_workers(
         clock=clock,
         worker_id=settings.worker_id,
         timing=settings.timing,
+        observer=telemetry or NULL_OBSERVER,
     )
     async with AsyncExitStack() as stack:
         sinks: list[EventSink] = []
@@ -164,6 +213,7 @@ async def run_workers(
             retry=settings.timing.retry,
             batch=RELAY_BATCH,
             batch_s=RELAY_BATCH_S,
+            observer=telemetry or NULL_OBSERVER,
         )
 
         async def relay_pass() -> None:

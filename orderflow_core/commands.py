@@ -38,8 +38,10 @@ def create_order(
     currency: str,
     idem: ApiIdempotency,
     ctx: Context,
+    trace_parent: str | None = None,
 ) -> Change:
-    """A new order in `created` with its reserve step, history, event and audit."""
+    """A new order in `created` with its reserve step, history, event and audit;
+    `trace_parent` is the creating request's trace context, kept for its steps' spans."""
     order = Order(
         order_id=idem.resource_id,
         customer_id=principal.user_id,
@@ -51,6 +53,7 @@ def create_order(
         created_at=ctx.now,
         updated_at=ctx.now,
         state_reason="order placed",
+        trace_parent=trace_parent,
     )
     d = new_order_draft(order, ctx)
     d.history.append(

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Change, OrderAggregate
+from orderflow_core.observe import NULL_OBSERVER, Observer
 from orderflow_core.ports import OrderStore
 
 T = TypeVar("T")
@@ -31,9 +32,12 @@ Decide = Callable[[OrderAggregate], tuple[Change, Any]]
 class CommitQueue:
     """The single writer of one executor: `update` as the port has it, grouped."""
 
-    def __init__(self, store: OrderStore, *, max_batch: int = 64) -> None:
+    def __init__(
+        self, store: OrderStore, *, max_batch: int = 64, observer: Observer = NULL_OBSERVER
+    ) -> None:
         self._store = store
         self._max_batch = max_batch
+        self._observer = observer
         self._queued: list[tuple[UUID, Decide, asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
         self.batches = 0  # store calls made, for tests and measurements
@@ -73,6 +77,7 @@ class CommitQueue:
     async def _commit(self, batch: list[tuple[UUID, Decide, asyncio.Future[Any]]]) -> None:
         self.batches += 1
         self.largest_batch = max(self.largest_batch, len(batch))
+        self._observer.commit_batch(len(batch))
         try:
             results = await self._store.update_many([(o, d) for o, d, _ in batch])
         except asyncio.CancelledError:

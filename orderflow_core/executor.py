@@ -17,6 +17,7 @@ from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
+from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
 from orderflow_core.ports import Clock, OrderStore, Services
 
@@ -48,10 +49,11 @@ class Executor:
         checkpoint: Checkpoint | None = None,
         new_id: Callable[[], UUID] = uuid.uuid4,
         random: Callable[[], float] = _random.random,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
         # Results and the intents they chain commit through one writer, grouped (group commit).
-        self.commits = CommitQueue(store)
+        self.commits = CommitQueue(store, observer=observer)
         self.services = services
         self.clock = clock
         self.worker_id = worker_id
@@ -59,6 +61,10 @@ class Executor:
         self._checkpoint = checkpoint or _no_checkpoint
         self._new_id = new_id
         self._random = random
+        self.observer = observer
+        # The creating request's trace context of the order of each step about to run, read
+        # from the aggregate while it is locked (for the attempt span's link), by step id.
+        self._trace_parents: dict[UUID, str | None] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -93,9 +99,11 @@ class Executor:
         wanted = self.free_slots if limit is None else min(limit, self.free_slots)
         if wanted <= 0:
             return []
-        return await self.store.claim_due(
+        claims = await self.store.claim_due(
             owner=self.worker_id, now=self.clock.now(), limit=wanted, lease_s=self.timing.lease_s
         )
+        self.observer.claimed(len(claims))
+        return claims
 
     async def run_once(self, limit: int | None = None) -> int:
         """Claim due steps and run them to the end; returns how many were claimed."""
@@ -110,9 +118,7 @@ class Executor:
         if not claims:
             return []
         try:
-            results = await self.store.start_claimed(
-                claims, lambda agg, claim: saga.decide_start(agg, claim, self._ctx())
-            )
+            results = await self.store.start_claimed(claims, self._decide_start)
         except StoreUnavailable as exc:
             log.warning("%d claimed steps left to lease expiry: %s", len(claims), exc)
             return []
@@ -127,7 +133,22 @@ class Executor:
                 log.error("step %s failed to start", claim.step_id, exc_info=result)
             elif result is not None:
                 started.append((claim, result))
+                continue
+            self._trace_parents.pop(claim.step_id, None)
         return started
+
+    def _decide_start(
+        self, agg: OrderAggregate, claim: Claim
+    ) -> tuple[Change, CallPlan | None]:
+        """`saga.decide_start`, noting for the observer a takeover (an earlier attempt of the
+        step never reported back) and the order's trace context."""
+        ctx = self._ctx()
+        step = agg.step(claim.step_id)
+        if step is not None and saga.guard_holds(agg, claim, ctx):
+            if any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts):
+                self.observer.lease_taken_over(claim)
+            self._trace_parents[claim.step_id] = agg.order.trace_parent
+        return saga.decide_start(agg, claim, ctx)
 
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
@@ -197,10 +218,10 @@ class Executor:
     async def process(self, claim: Claim) -> None:
         """One attempt of one claimed step: intent, call, result — then, when chaining, the
         step that result made due, whose intent was committed with it."""
-        plan = await self.store.update(
-            claim.order_id, lambda agg: saga.decide_start(agg, claim, self._ctx())
-        )
-        if plan is not None:
+        plan = await self.store.update(claim.order_id, lambda agg: self._decide_start(agg, claim))
+        if plan is None:
+            self._trace_parents.pop(claim.step_id, None)
+        else:
             await self._run_from(claim, plan)
 
     async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
@@ -211,6 +232,13 @@ class Executor:
 
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt
+        trace_parent = self._trace_parents.pop(claim.step_id, None)
+        with self.observer.step_attempt(claim, self.worker_id, trace_parent) as observed:
+            return await self._observed_attempt(claim, plan, observed)
+
+    async def _observed_attempt(
+        self, claim: Claim, plan: CallPlan, observed: AttemptObservation
+    ) -> tuple[Claim, CallPlan] | None:
         await self._checkpoint("before_call", claim)
         if self.clock.now() >= claim.lease_expires_at:
             # Stalled between intent and call: another executor may own the step by now.
@@ -218,15 +246,24 @@ class Executor:
         outcome = await self._call_with_lease(claim, plan)
         await self._checkpoint("after_call", claim)
         chain = self.timing.chain_steps and not self._stopping.is_set()
+        observed.finished(outcome_name(outcome))
+        trace_parent_of_order: str | None = None
         rejected: list[str] = []
 
         def decide(agg: OrderAggregate) -> tuple[Change, tuple[Claim, CallPlan] | None]:
+            nonlocal trace_parent_of_order
             ctx = self._ctx()
             rejected[:] = [] if saga.guard_holds(agg, claim, ctx) else [_why_stale(agg, claim)]
+            trace_parent_of_order = agg.order.trace_parent
             return saga.decide_result(agg, claim, outcome, ctx, chain=chain)
 
-        following = await self.commits.update(claim.order_id, decide)
+        try:
+            following = await self.commits.update(claim.order_id, decide)
+        except ConcurrentUpdate:
+            self.observer.stale_result_rejected(claim)  # fenced off when written
+            raise
         if rejected:
+            self.observer.stale_result_rejected(claim)
             log.warning(
                 "result of step %s attempt %s rejected (%s), not stored: %s",
                 claim.step_id,
@@ -234,6 +271,8 @@ class Executor:
                 rejected[0],
                 outcome_name(outcome),
             )
+        if following is not None:
+            self._trace_parents[following[0].step_id] = trace_parent_of_order
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of

@@ -143,6 +143,9 @@ class Order:
     # it does not. Kept by every decision (`attention.settle`), read by the attention queue.
     attention_reason: str | None = None
     attention_since: datetime | None = None
+    # The W3C `traceparent` of the request that created the order, when it was traced: each
+    # step attempt's span links to it. Set once at creation, never changed.
+    trace_parent: str | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from orderflow_core.attention import log_published
 from orderflow_core.model import OutboxEvent
+from orderflow_core.observe import NULL_OBSERVER, Observer
 from orderflow_core.outcomes import Outcome, Succeeded, Transient
 from orderflow_core.ports import Clock
 from orderflow_core.retry import RetryPolicy
@@ -92,6 +93,7 @@ class OutboxRelay:
         retry: RetryPolicy | None = None,
         batch: int = 500,
         batch_s: float = 5.0,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self._feed = feed
         self._clock = clock
@@ -99,6 +101,7 @@ class OutboxRelay:
         self._retry = retry or RetryPolicy()
         self._batch = batch
         self._batch_s = batch_s
+        self._observer = observer
         self._failures = 0
         self._failing_since: datetime | None = None
         self._resume_at: datetime | None = None
@@ -123,6 +126,8 @@ class OutboxRelay:
         await self._feed.mark_published(delivered, self._clock.now())
         log_published(events[: len(delivered)])
         self._handed_on.difference_update(delivered)
+        if delivered:
+            self._observer.events_published(len(delivered))
         return len(delivered)
 
     def _forget_marked_elsewhere(self, events: list[OutboxEvent]) -> None:

@@ -13,7 +13,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import commands
+from orderflow_core import commands, observe
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import (
     DuplicateIdempotencyKey,
@@ -141,7 +141,8 @@ class OrderService:
         idem = ApiIdempotency(
             principal.user_id, "create_order", key, digest, self._new_id(), ctx.now
         )
-        change = commands.create_order(principal, items, currency, idem, ctx)
+        trace_parent = observe.request_trace_parent.get()
+        change = commands.create_order(principal, items, currency, idem, ctx, trace_parent)
         try:
             # Insert first: the store's unique key decides, and the common case costs one trip.
             await self._store.create(change)

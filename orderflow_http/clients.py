@@ -23,9 +23,10 @@ from yarl import URL
 
 from orderflow_core.classify import classify
 from orderflow_core.model import Item
-from orderflow_core.outcomes import Broken, Outcome, Transient, UnknownOutcome
+from orderflow_core.outcomes import Broken, Outcome, Transient, UnknownOutcome, outcome_name
 from orderflow_core.ports import CallContext
 from orderflow_http.bulkhead import Bulkhead, BulkheadBusyError
+from orderflow_http.telemetry import Telemetry
 
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_CONNECTION_LIMIT = 20
@@ -91,8 +92,11 @@ def _lost(operation: str, exc: BaseException, progress: _Progress) -> Outcome:
 class HttpService:
     """One external service: its session, connection limit, bulkhead and deadline.
 
-    Use as an async context manager, or call `close()`; the session opens on first use.
+    Use as an async context manager, or call `close()`; the session opens on first use. With
+    `telemetry`, each call is counted, timed and traced, and carries a W3C `traceparent`.
     """
+
+    SERVICE = "service"  # the name in metrics and spans
 
     def __init__(
         self,
@@ -101,6 +105,7 @@ class HttpService:
         bulkhead: Bulkhead | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connection_limit: int = DEFAULT_CONNECTION_LIMIT,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if timeout_s <= 0 or connection_limit < 1:
             raise ValueError("timeout_s must be positive and connection_limit at least 1")
@@ -109,6 +114,9 @@ class HttpService:
         self.timeout_s = timeout_s
         self.connection_limit = connection_limit
         self._session: aiohttp.ClientSession | None = None
+        self.telemetry = telemetry
+        if telemetry is not None:
+            telemetry.watch_bulkhead(self.SERVICE, self.bulkhead)
 
     async def __aenter__(self) -> Self:
         return self
@@ -147,10 +155,22 @@ class HttpService:
         body: dict[str, Any] | None = None,
     ) -> Outcome:
         """One physical call inside a bulkhead slot, classified."""
+        if self.telemetry is None:
+            return await self._admitted(operation, call, path, body)
+        with self.telemetry.external_call(self.SERVICE, operation, call) as observed:
+            outcome = await self._admitted(operation, call, path, body)
+            observed.finished(outcome_name(outcome))
+            return outcome
+
+    async def _admitted(
+        self, operation: str, call: CallContext, path: str, body: dict[str, Any] | None
+    ) -> Outcome:
         try:
             async with self.bulkhead.slot():
                 return await self._send(operation, call, path, body)
         except BulkheadBusyError:
+            if self.telemetry is not None:
+                self.telemetry.bulkhead_rejected(self.SERVICE)
             return Transient(detail="busy", local=True)
 
     async def _send(
@@ -161,6 +181,8 @@ class HttpService:
             "X-Order-Id": str(call.order_id),
             "X-Step-Id": str(call.step_id),
         }
+        if self.telemetry is not None:
+            self.telemetry.inject(headers)
         method = "GET" if body is None else "POST"
         url = URL(self.base_url + path, encoded=True)
         progress = _Progress()
@@ -192,6 +214,8 @@ def _items(items: Sequence[Item]) -> list[dict[str, Any]]:
 class HttpWarehouse(HttpService):
     """`Warehouse` over HTTP: `POST /warehouse/v1/reservations`, `/releases`."""
 
+    SERVICE = "warehouse"
+
     async def reserve(self, call: CallContext, items: Sequence[Item]) -> Outcome:
         body = {"order_id": str(call.order_id), "items": _items(items)}
         return await self._call("reserve", call, "/warehouse/v1/reservations", body)
@@ -203,6 +227,8 @@ class HttpWarehouse(HttpService):
 
 class HttpPayments(HttpService):
     """`Payments` over HTTP: charges, the status of a charge by its key, refunds."""
+
+    SERVICE = "payments"
 
     async def charge(self, call: CallContext, amount_minor: int, currency: str) -> Outcome:
         body = {"order_id": str(call.order_id), "amount_minor": amount_minor, "currency": currency}
@@ -223,6 +249,8 @@ class HttpPayments(HttpService):
 
 class HttpShipping(HttpService):
     """`Shipping` over HTTP: `POST /shipping/v1/shipments`."""
+
+    SERVICE = "shipping"
 
     async def ship(self, call: CallContext, items: Sequence[Item]) -> Outcome:
         body = {"order_id": str(call.order_id), "items": _items(items)}

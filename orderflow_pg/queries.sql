@@ -127,13 +127,14 @@ WITH docs AS (
         order_id, customer_id, items, total_minor, currency, process_version, state,
         created_at, updated_at, event_seq, state_reason, reservation_id, reservation_status,
         reserved_at, reservation_expires_at, reservation_expired, payment_status,
-        payment_reference, attention_reason, attention_since
+        payment_reference, attention_reason, attention_since, trace_parent
     )
     SELECT
         r.order_id, r.customer_id, r.items, r.total_minor, r.currency, r.process_version,
         r.state, r.created_at, r.updated_at, r.event_seq, r.state_reason, r.reservation_id,
         r.reservation_status, r.reserved_at, r.reservation_expires_at, r.reservation_expired,
-        r.payment_status, r.payment_reference, r.attention_reason, r.attention_since
+        r.payment_status, r.payment_reference, r.attention_reason, r.attention_since,
+        r.trace_parent
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'new_order') AS r
     WHERE fence.d ? 'new_order'
 ), changed_order AS (
