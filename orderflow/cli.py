@@ -16,8 +16,8 @@ from orderflow import eventloop, logs, runtime, users_cli, version
 from orderflow.config import ConfigError, Settings, load_settings, unknown_variable_warnings
 from orderflow.seed import seed_users
 from orderflow.startup import StartupError, listen_error, one_line
-from orderflow_core.errors import StoreUnavailable
 from orderflow.tracing import export_traces
+from orderflow_core.errors import StoreUnavailable
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate

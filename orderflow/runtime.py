@@ -27,8 +27,8 @@ from orderflow_core.relay import AllSinks, EventSink, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
-from orderflow_http.api.server import ServerLimits, serving
 from orderflow_http.api.metrics import metrics_app
+from orderflow_http.api.server import ServerLimits, serving
 from orderflow_http.telemetry import Telemetry
 from orderflow_http.webhook import WebhookSink
 from orderflow_mocks import running_mocks
