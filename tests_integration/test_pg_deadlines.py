@@ -121,7 +121,7 @@ def test_a_worker_step_whose_commit_hangs_gives_up_within_its_deadline(
     # the order reads as after a crash of the worker around its commit: the result is not
     # stored and the step waits for its lease to run out, or it is stored (one autocommit
     # statement, fenced by the worker's own generation) with the chained next step leased to
-    # the same worker, which never made its call.
+    # the same worker, which never made its call (or left pending for any worker to claim).
     aggregate = run(pg_store.load(order_id))
     assert aggregate is not None
     first, *following = aggregate.steps
@@ -131,8 +131,8 @@ def test_a_worker_step_whose_commit_hangs_gives_up_within_its_deadline(
         assert [a.finished_at for a in first.attempts] == [None]
     else:
         assert first.status is StepStatus.SUCCEEDED, [(s.kind, s.status) for s in aggregate.steps]
-        running = [s for s in following if s.status is StepStatus.RUNNING]
-        assert [s.lease_owner for s in running] == ["worker-hung"], following
+        # The steps it made due are pending, or leased to the same worker when it chains.
+        assert {s.lease_owner for s in following} <= {None, "worker-hung"}, following
         assert all(a.finished_at is None for s in following for a in s.attempts), following
 
 
