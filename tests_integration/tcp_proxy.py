@@ -20,8 +20,16 @@ CHUNK = 65536
 class PausableProxy:
     """Forwards `listen_host:port` to `target`; `pause()` / `resume()` switch forwarding."""
 
-    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        listen_host: str = "127.0.0.1",
+        *,
+        target_socket: str | None = None,
+    ) -> None:
         self.target = (target_host, target_port)
+        self.target_socket = target_socket  # a unix socket to forward to instead of host:port
         self.listen_host = listen_host
         self.port = 0
         self.accepted = 0
@@ -75,6 +83,8 @@ class PausableProxy:
         """A proxy (use it as a context manager) in front of the server `url` names."""
         params = conninfo_to_dict(url)
         host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
+        if host.startswith("/"):  # a socket directory (the embedded server): libpq's file name
+            return cls(host, port, listen_host, target_socket=f"{host}/.s.PGSQL.{port}")
         return cls(host, port, listen_host)
 
     # -- the loop's side ---------------------------------------------------------------------
@@ -87,7 +97,10 @@ class PausableProxy:
         self._writers.add(client_w)
         try:
             await self._flowing.wait()
-            server_r, server_w = await asyncio.open_connection(*self.target)
+            if self.target_socket is not None:
+                server_r, server_w = await asyncio.open_unix_connection(self.target_socket)
+            else:
+                server_r, server_w = await asyncio.open_connection(*self.target)
         except OSError:
             self._writers.discard(client_w)
             client_w.close()

@@ -43,7 +43,11 @@ class CuttableProxy:
         self.server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        host, port = self.target
+        if host.startswith("/"):  # a socket directory (the embedded server): libpq's file name
+            up_reader, up_writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        else:
+            up_reader, up_writer = await asyncio.open_connection(host, port)
         self.writers |= {writer, up_writer}
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
