@@ -39,7 +39,6 @@ def _assert_one_clean_line(lines: list[str], *wanted: str) -> str:
 
 def _database_urls(admin_url: str) -> dict[str, str]:
     params = conninfo_to_dict(admin_url)
-    host = str(params.get("host") or "127.0.0.1")
     port = str(params.get("port") or "5432")
     user, dbname = str(params.get("user") or "postgres"), str(params.get("dbname") or "postgres")
     closed = free_port()  # nothing listens there once the probe socket is closed
@@ -47,8 +46,9 @@ def _database_urls(admin_url: str) -> dict[str, str]:
         "refused": f"postgresql://{user}:{PASSWORD}@127.0.0.1:{closed}/{dbname}",
         "unknown role": make_conninfo(admin_url, user="no_such_role_x", password=PASSWORD),
         "unknown database": make_conninfo(admin_url, dbname="no_such_db_x", password=PASSWORD),
-        "port out of range": f"postgresql://{user}:{PASSWORD}@{host}:99999/{dbname}",
-        "port not a number": f"postgresql://{user}:{PASSWORD}@{host}:{port}x/{dbname}",
+        # Built from the admin URL, so they keep its host: a TCP address or a unix socket's folder.
+        "port out of range": make_conninfo(admin_url, port="99999", password=PASSWORD),
+        "port not a number": make_conninfo(admin_url, port=f"{port}x", password=PASSWORD),
     }
 
 
