@@ -35,6 +35,7 @@ class PausableProxy:
         self.accepted = 0
         self._loop = asyncio.new_event_loop()
         self._flowing = asyncio.Event()
+        self._refusing = False
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -63,9 +64,15 @@ class PausableProxy:
         """Forward again, held bytes first."""
         self._loop.call_soon_threadsafe(self._flowing.set)
 
-    def cut(self) -> None:
-        """Close every open connection (both sides), as a peer that went away would."""
+    def cut(self, *, refuse: bool = False) -> None:
+        """Close every open connection (both sides), as a peer that went away would; with
+        `refuse`, also drop every new connection at once until `mend()` (a host that is gone)."""
+        self._refusing = self._refusing or refuse
         self._call(self._abort_all())
+
+    def mend(self) -> None:
+        """Accept and forward new connections again after `cut(refuse=True)`."""
+        self._refusing = False
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -94,6 +101,9 @@ class PausableProxy:
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        if self._refusing:
+            client_w.transport.abort()
+            return
         self._writers.add(client_w)
         try:
             await self._flowing.wait()
