@@ -19,7 +19,7 @@ from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
-from orderflow_core.ports import Clock, OrderStore, Services
+from orderflow_core.ports import Clock, Services, UnitOfWork
 
 log = logging.getLogger("orderflow.executor")
 
@@ -41,7 +41,7 @@ class Executor:
     def __init__(
         self,
         *,
-        store: OrderStore,
+        store: UnitOfWork,
         services: Services,
         clock: Clock,
         worker_id: str,

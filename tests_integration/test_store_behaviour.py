@@ -28,7 +28,8 @@ from orderflow_core.calls import CallPlan
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
-from orderflow_core.ports import OrderStore
+from orderflow_core.ports import OrderReads, OrderStore, UnitOfWork
+from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 from orderflow_core.testing import InMemoryOrderStore
 
@@ -39,6 +40,20 @@ def store(request: pytest.FixtureRequest) -> OrderStore:
         return InMemoryOrderStore()
     pg_store: OrderStore = request.getfixturevalue("pg_store")
     return pg_store
+
+
+def _members(protocol: type) -> set[str]:
+    return {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+
+
+def test_both_stores_provide_the_unit_of_work_the_reads_and_the_outbox_feed(
+    store: OrderStore,
+) -> None:
+    for protocol in (UnitOfWork, OrderReads, OutboxFeed):
+        assert _members(protocol), protocol
+        missing = {n for n in _members(protocol) if not callable(getattr(store, n, None))}
+        assert missing == set(), (protocol.__name__, missing)
+    assert _members(OrderStore) <= _members(UnitOfWork) | _members(OrderReads)
 
 
 def unchanged(aggregate: OrderAggregate) -> tuple[Change, None]:
