@@ -20,7 +20,7 @@ from orderflow.tracing import export_traces
 from orderflow_core.errors import StoreUnavailable
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
-from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, migrate
+from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, PgWakeUps, migrate
 from orderflow_pg.errors import MigrationChecksumMismatch
 
 log = logging.getLogger("orderflow")
@@ -150,7 +150,9 @@ async def serve(settings: Settings) -> None:
                 runtime.serving_api(store, settings, telemetry) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
-                left = await runtime.run_workers(store, services, settings, url, stop, telemetry)
+                left = await runtime.run_workers(
+                    store, services, settings, PgWakeUps(url), stop, telemetry
+                )
     print(f"orderflow stopped: {left}", flush=True)
 
 
@@ -168,7 +170,9 @@ async def worker(settings: Settings) -> None:
                 print(f"orderflow worker {settings.worker_id} running", flush=True)
                 if metrics_url:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
-                left = await runtime.run_workers(store, services, settings, url, stop, telemetry)
+                left = await runtime.run_workers(
+                    store, services, settings, PgWakeUps(url), stop, telemetry
+                )
     print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
 
 

@@ -10,11 +10,10 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import attrs
-import psycopg
 from aiohttp import web
-from psycopg import sql
 
 from orderflow.config import RELAY_BATCH_S, ConfigError, NatsSettings, Settings
 from orderflow.startup import StartupError, check_database, listen_error
@@ -23,7 +22,8 @@ from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import OutboxEvent
 from orderflow_core.observe import NULL_OBSERVER
 from orderflow_core.outcomes import Outcome, Succeeded
-from orderflow_core.relay import AllSinks, EventSink, OutboxRelay
+from orderflow_core.ports import OrderStore, UnitOfWork, Users, WakeUps
+from orderflow_core.relay import AllSinks, EventSink, OutboxFeed, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
 from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api import create_app
@@ -37,8 +37,23 @@ from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
 from orderflow_pg.probes import PgProbe
 
 log = logging.getLogger("orderflow")
-STEPS_CHANNEL = "orderflow_steps"
 RELAY_BATCH = 500  # events per relay read
+
+
+class WorkerStore(UnitOfWork, OutboxFeed, Protocol):
+    """What a worker uses of the store: the unit of work (executor) and the outbox (relay)."""
+
+
+class ApiStore(OrderStore, Protocol):
+    """What the API uses of the store adapter: both sides of the order store, the user
+    directory, and the readiness checks."""
+
+    @property
+    def users(self) -> Users: ...
+
+    async def ping(self) -> bool: ...
+
+    async def migrations_current(self) -> bool: ...
 
 
 @asynccontextmanager
@@ -153,7 +168,7 @@ async def simulated_services_if_needed(settings: Settings) -> AsyncIterator[str 
 
 @asynccontextmanager
 async def serving_api(
-    store: PgOrderStore, settings: Settings, telemetry: Telemetry | None = None
+    store: ApiStore, settings: Settings, telemetry: Telemetry | None = None
 ) -> AsyncIterator[str]:
     """The REST API on ORDERFLOW_HTTP_HOST:PORT; yields its base URL."""
     clock = SystemClock()
@@ -180,14 +195,15 @@ async def serving_api(
 
 
 async def run_workers(
-    store: PgOrderStore,
+    store: WorkerStore,
     services: Services,
     settings: Settings,
-    url: str,
+    wakeups: WakeUps,
     stop: asyncio.Event,
     telemetry: Telemetry | None = None,
 ) -> str:
-    """An executor, the outbox relay and a LISTEN wake-up, until `stop`; then a graceful end.
+    """An executor, the outbox relay and the wake-ups (`PgWakeUps`: LISTEN/NOTIFY), until
+    `stop`; then a graceful end.
 
     Returns what the end left behind, for the `stopped` line (`stop_summary`)."""
     clock = SystemClock()
@@ -227,7 +243,7 @@ async def run_workers(
                 _every(settings.timing.poll_interval_s, relay_pass, stop, "outbox relay"),
                 name="relay",
             ),
-            asyncio.create_task(_listen(url, executor.wake, stop), name="listen"),
+            asyncio.create_task(wakeups.listen(executor.wake), name="listen"),
         ]
         await stop.wait()
         abandoned = await executor.stop(settings.shutdown_grace_s)
@@ -350,20 +366,3 @@ async def _every(
             async with asyncio.timeout(interval_s):
                 await stop.wait()
 
-
-async def _listen(url: str, wake: Callable[[], None], stop: asyncio.Event) -> None:
-    """Wake the executor on every NOTIFY of a new due step; reconnect on failure."""
-    while not stop.is_set():
-        try:
-            # connect_timeout: against a hung server, give up and retry instead of waiting
-            # psycopg's default two minutes (the executor polls meanwhile).
-            connect = psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
-            async with await connect as conn:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STEPS_CHANNEL)))
-                async for _ in conn.notifies():
-                    wake()
-        except (psycopg.Error, OSError) as exc:
-            log.warning("LISTEN connection lost (%s); polling meanwhile", exc)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await stop.wait()

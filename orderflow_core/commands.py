@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-import attrs
-
 from orderflow_core.context import Context
 from orderflow_core.draft import Draft, new_order_draft
 from orderflow_core.errors import InvalidTransition, NotRetryable, ValidationFailed
@@ -221,8 +219,3 @@ def request_refund(
         reason=reason,
     )
     return d.change(idempotency=idem), refund_id
-
-
-def with_idempotency(change: Change, idem: ApiIdempotency) -> Change:
-    """The same change, bound to a client's idempotency key."""
-    return attrs.evolve(change, idempotency=idem)

@@ -20,7 +20,7 @@ from uuid import UUID
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, Observer
-from orderflow_core.ports import OrderStore
+from orderflow_core.ports import UnitOfWork
 
 T = TypeVar("T")
 
@@ -33,7 +33,7 @@ class CommitQueue:
     """The single writer of one executor: `update` as the port has it, grouped."""
 
     def __init__(
-        self, store: OrderStore, *, max_batch: int = 64, observer: Observer = NULL_OBSERVER
+        self, store: UnitOfWork, *, max_batch: int = 64, observer: Observer = NULL_OBSERVER
     ) -> None:
         self._store = store
         self._max_batch = max_batch
@@ -46,7 +46,7 @@ class CommitQueue:
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
     ) -> T:
-        """`OrderStore.update`, committed together with whatever else is queued."""
+        """`UnitOfWork.update`, committed together with whatever else is queued."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queued.append((order_id, decide, future))
         if self._writer is None or self._writer.done():

@@ -19,7 +19,7 @@ from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
-from orderflow_core.ports import Clock, OrderStore, Services
+from orderflow_core.ports import Clock, Services, UnitOfWork
 
 log = logging.getLogger("orderflow.executor")
 
@@ -41,7 +41,7 @@ class Executor:
     def __init__(
         self,
         *,
-        store: OrderStore,
+        store: UnitOfWork,
         services: Services,
         clock: Clock,
         worker_id: str,
@@ -108,9 +108,14 @@ class Executor:
     async def run_once(self, limit: int | None = None) -> int:
         """Claim due steps and run them to the end; returns how many were claimed."""
         claims = await self.claim(limit)
+        await self.run_claimed(claims)
+        return len(claims)
+
+    async def run_claimed(self, claims: list[Claim]) -> None:
+        """Start claimed steps as `run` does (their intents in one store call) and run each to
+        the end: call, result, and, when chaining, the steps those results made due."""
         started = await self._start(claims)
         await asyncio.gather(*(self._guarded(c, p) for c, p in started))
-        return len(claims)
 
     async def _start(self, claims: list[Claim]) -> list[tuple[Claim, CallPlan]]:
         """Record the intents of a claim batch (`decide_start`) in one store call; the claims
@@ -214,15 +219,6 @@ class Executor:
             # it is not worth a transaction.
             if self._backlog or self._notified or not self.timing.chain_steps:
                 self._wake_if_room()
-
-    async def process(self, claim: Claim) -> None:
-        """One attempt of one claimed step: intent, call, result — then, when chaining, the
-        step that result made due, whose intent was committed with it."""
-        plan = await self.store.update(claim.order_id, lambda agg: self._decide_start(agg, claim))
-        if plan is None:
-            self._trace_parents.pop(claim.step_id, None)
-        else:
-            await self._run_from(claim, plan)
 
     async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
         """Call, commit the result, and go on with each step that result chained."""

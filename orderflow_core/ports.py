@@ -103,12 +103,12 @@ class Services:
     shipping: Shipping
 
 
-class OrderStore(Protocol):
-    """Durable state of orders and their steps: a unit of work per order.
+class UnitOfWork(Protocol):
+    """The writing side of the order store: a unit of work per order, and the step leases.
 
-    Every write goes through `create` or `update`, which apply one `Change` atomically (rule 4).
-    Errors of the underlying technology surface as `StoreUnavailable` (transient) or
-    `DuplicateIdempotencyKey`; nothing else leaks.
+    Every write goes through `create` or `update` (or their batched forms), which apply one
+    `Change` atomically (rule 4). Errors of the underlying technology surface as
+    `StoreUnavailable` (transient) or `DuplicateIdempotencyKey`; nothing else leaks.
     """
 
     async def create(self, change: Change) -> None:
@@ -160,6 +160,24 @@ class OrderStore(Protocol):
         """
         ...
 
+    async def claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
+        """Lease up to `limit` steps that are due (pending/retry_scheduled with
+        next_attempt_at <= now) or running with an expired lease: status running,
+        attempt + 1, owner and expiry set, all in one statement."""
+        ...
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
+        ...
+
+
+
+class OrderReads(Protocol):
+    """The reading side of the order store (the API's views, the tests' checks); as
+    `OutboxFeed` is the relay's side. Reads take no locks and change nothing."""
+
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         """The order with its steps (and their attempts) and refunds."""
         ...
@@ -210,20 +228,24 @@ class OrderStore(Protocol):
         """How many orders there are per (state, attention reason); only pairs that occur."""
         ...
 
-    async def claim_due(
-        self, *, owner: str, now: datetime, limit: int, lease_s: float
-    ) -> list[Claim]:
-        """Lease up to `limit` steps that are due (pending/retry_scheduled with
-        next_attempt_at <= now) or running with an expired lease: status running,
-        attempt + 1, owner and expiry set, all in one statement."""
-        ...
-
-    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
-        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
-        ...
-
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
         """Outbox events with seq > after, oldest first."""
+        ...
+
+
+class OrderStore(UnitOfWork, OrderReads, Protocol):
+    """Both sides of the order store, as one adapter provides them (the API's service uses
+    both; the executor needs only the `UnitOfWork`)."""
+
+
+class WakeUps(Protocol):
+    """Announcements that a step may have become due (PostgreSQL: LISTEN/NOTIFY), so an idle
+    executor claims at once instead of at its next poll. Only a shortcut: polling stays the
+    safety net, so an implementation may never announce anything."""
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Call `wake` on every announcement until cancelled; ride out (log, retry) a lost
+        connection rather than raise."""
         ...
 
 

@@ -34,7 +34,7 @@ class MigrationFile:
 
 def migration_files() -> list[MigrationFile]:
     """The migrations shipped as package data, in order (found from an installed wheel too)."""
-    folder = importlib.resources.files("orderflow_pg").joinpath("migrations")
+    folder = importlib.resources.files("orderflow_pg.migrations")
     found = []
     for entry in folder.iterdir():
         match = _FILE_NAME.match(entry.name)

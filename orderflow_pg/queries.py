@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -64,9 +63,3 @@ async def execute(conn: Connection, name: str, params: Params | None = None) -> 
         await cur.execute(query(name), params)
         return cur.rowcount
 
-
-async def execute_many(conn: Connection, name: str, params: Sequence[Params]) -> None:
-    """Run a named statement once per parameter set (pipelined by psycopg)."""
-    if params:
-        async with conn.cursor() as cur:
-            await cur.executemany(query(name), params)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import logging
 from collections import OrderedDict
@@ -14,7 +15,6 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
-from psycopg import AsyncCursor
 
 from orderflow_core.errors import (
     ConcurrentUpdate,
@@ -41,15 +41,11 @@ from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
 from orderflow_pg.reads import lock_aggregates, read_aggregate, read_view
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
-    GuardLost,
     apply_documents,
-    apply_update,
     change_doc,
     expecting,
     insert_new_order,
     rejection_doc,
-    was_applied,
-    write_rejection,
 )
 
 T = TypeVar("T")
@@ -68,8 +64,6 @@ class PgOrderStore:
     def __init__(self, database: Database) -> None:
         self._db = database
         self.users = PgUsers(database)
-        # Tests set this to fail a transition between its statements (as the in-memory store).
-        self.fail_after_order_write: Exception | None = None
         self._creates: list[tuple[Change, asyncio.Future[None]]] = []
         self._create_writer: asyncio.Task[None] | None = None
         # Per order this store wrote last: (version, aggregate) as written, oldest first.
@@ -168,18 +162,17 @@ class PgOrderStore:
         off at the write wrote nothing; only its rejection is recorded. A copy of the order
         this store kept is dropped (none is kept from here: API commands rarely repeat)."""
         self._kept.pop(order_id, None)
-        async with self._db.connection("update") as conn:
-            async with conn.transaction():
-                aggregate = await read_aggregate(conn, order_id, lock=True)
-                if aggregate is None:
-                    raise NotFound(f"order {order_id} not found")
-                change, value = decide(aggregate)
-                sent = await self._apply_decided(conn, aggregate, change)
-            # Decide accepted the guard but the write may have found it fenced off: then do
-            # not hand back a value that belongs to no commit.
-            if sent is not None and (fenced := await _fenced_off(conn, sent, change, order_id)):
-                raise fenced
-            return value
+        async with self._db.connection("update") as conn, conn.transaction():
+            aggregate = await read_aggregate(conn, order_id, lock=True)
+            if aggregate is None:
+                raise NotFound(f"order {order_id} not found")
+            change, value = decide(aggregate)
+            written = await self._commit_alone(conn, aggregate, change)
+        # Decide accepted the guard but the write found it fenced off (its rejection is
+        # committed): do not hand back a value that belongs to no commit.
+        if written is Written.REJECTED:
+            raise ConcurrentUpdate(f"order {order_id} changed under a guarded update")
+        return value
 
     async def update_many(
         self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
@@ -314,38 +307,31 @@ class PgOrderStore:
             elif isinstance(planned, tuple):
                 docs.append(planned[0])
                 sent.append(planned[1])
-        fail = self.fail_after_order_write
-        writes_order = any(entry is not None and entry.change.order is not None for entry in sent)
-        applied = await apply_documents(conn, docs, fail if writes_order else None)
-        rejections = self._settle(sent, applied, results, written, stale)
-        await apply_documents(conn, rejections)
+        outcomes = await _commit(conn, docs, sent)
+        self._settle(sent, outcomes, results, written, stale)
 
     def _settle(
         self,
         sent: list[_Sent | None],
-        applied: list[bool],
+        outcomes: list[Written],
         results: dict[int, Any],
         written: list[tuple[UUID, int, OrderAggregate]],
         stale: list[int],
-    ) -> list[dict[str, Any]]:
-        """What each sent document's outcome means; the rejections still to write."""
-        rejections: list[dict[str, Any]] = []
-        for entry, ok in zip(sent, applied, strict=True):
-            if entry is None:
+    ) -> None:
+        """What each sent document's outcome means for its caller and the kept copies."""
+        for entry, outcome in zip(sent, outcomes, strict=True):
+            if entry is None or outcome is Written.SKIPPED:
                 continue
-            if ok:
+            if outcome is Written.APPLIED:
                 version = entry.version + 1 if entry.raises_version else entry.version
                 written.append((entry.order_id, version, entry.before.with_change(entry.change)))
             elif entry.from_copy:  # the order moved on since this store wrote it
                 self._kept.pop(entry.order_id, None)
                 stale.append(entry.index)
-            else:  # a concurrent writer won after all
+            else:  # a concurrent writer won after all (its rejection is written)
                 results[entry.index] = ConcurrentUpdate(
                     f"the step of {entry.change.guard} changed under a guarded update"
                 )
-                if (rejection := rejection_doc(entry.change)) is not None:
-                    rejections.append(rejection)
-        return rejections
 
     async def _update_alone(
         self,
@@ -360,16 +346,19 @@ class PgOrderStore:
         order_id = aggregate.order.order_id
         self._kept.pop(order_id, None)
         try:
-            cursor = await self._apply_decided(conn, aggregate, change)
+            written = await self._commit_alone(conn, aggregate, change)
         except DuplicateIdempotencyKey as exc:
             results[index] = exc
             return
-        if cursor is not None and (lost := await _fenced_off(conn, cursor, change, order_id)):
-            results[index] = lost
+        if written is Written.REJECTED:
+            results[index] = ConcurrentUpdate(f"order {order_id} changed under a guarded update")
 
-    async def _apply_decided(
+    async def _commit_alone(
         self, conn: Connection, aggregate: OrderAggregate, change: Change
-    ) -> AsyncCursor[Any] | None:
+    ) -> Written:
+        """One order's decided change, inside the caller's transaction: its idempotency key and
+        processed-event mark are checked first, then it is planned and committed as a group
+        commit's documents are (`_document`, `_commit`)."""
         if change.idempotency is not None:
             idem = change.idempotency
             key = {"user_id": idem.user_id, "scope": idem.scope, "key": idem.key}
@@ -378,13 +367,12 @@ class PgOrderStore:
         if change.processed_event_id is not None:
             event = {"event_id": change.processed_event_id}
             if await fetch_one(conn, "is_processed_event", event) is not None:
-                return None
-        if change.guard is not None and not aggregate.holds(change.guard):
-            await write_rejection(conn, change)
-            return None
-        if change.is_empty:
-            return None
-        return await apply_update(conn, aggregate, change, self.fail_after_order_write)
+                return Written.SKIPPED
+        planned = _document(0, aggregate, 0, change, from_copy=False)
+        if not isinstance(planned, tuple):  # nothing to write (never stale: no kept copy)
+            return Written.SKIPPED
+        [written] = await _commit(conn, [planned[0]], [planned[1]])
+        return written
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         """The order with its steps (and their attempts) and refunds, from one snapshot."""
@@ -528,17 +516,35 @@ class PgOrderStore:
             return await fetch_all(conn, name, params)
 
 
-async def _fenced_off(
-    conn: Connection, sent: AsyncCursor[Any], change: Change, order_id: UUID
-) -> ConcurrentUpdate | None:
-    """If the change `apply_update` sent was fenced off (it wrote nothing), record only its
-    rejection and say so; None when it was applied."""
-    try:
-        await was_applied(sent)
-    except GuardLost:
-        await write_rejection(conn, change)
-        return ConcurrentUpdate(f"order {order_id} changed under a guarded update")
-    return None
+class Written(enum.Enum):
+    """What became of one order's decided change at its commit (`_commit`)."""
+
+    APPLIED = "applied"  # written, every part of it
+    REJECTED = "rejected"  # fenced off at the write: nothing of it written (see `_commit`)
+    SKIPPED = "skipped"  # nothing of it to write, or only the rejection its read foresaw
+
+
+async def _commit(
+    conn: Connection, docs: list[dict[str, Any]], sent: list[_Sent | None]
+) -> list[Written]:
+    """The one commit helper of `update` and the group commit (so of the batch start): every
+    planned document (`_document`) in one `apply_changes` statement, then, in a second
+    statement on the same connection, the rejection of each change fenced off at the write
+    (unless it was decided on a kept copy: that one is decided again on a fresh read). A
+    document without a `_Sent` (a rejection the read foresaw) is SKIPPED: its change wrote
+    nothing, whatever the statement did."""
+    applied = await apply_documents(conn, docs)
+    outcomes = [
+        Written.SKIPPED if entry is None else Written.APPLIED if ok else Written.REJECTED
+        for entry, ok in zip(sent, applied, strict=True)
+    ]
+    rejections = [
+        rejection_doc(entry.change)
+        for entry, outcome in zip(sent, outcomes, strict=True)
+        if entry is not None and outcome is Written.REJECTED and not entry.from_copy
+    ]
+    await apply_documents(conn, [doc for doc in rejections if doc is not None])
+    return outcomes
 
 
 @attrs.frozen

@@ -16,16 +16,11 @@ from uuid import UUID
 
 import attrs
 import orjson
-from psycopg import AsyncCursor
 
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
-
-
-class GuardLost(Exception):
-    """The guarded step's UPDATE found no row under the claimed generation: nothing was written."""
 
 
 async def insert_new_order(conn: Connection, change: Change) -> None:
@@ -35,41 +30,13 @@ async def insert_new_order(conn: Connection, change: Change) -> None:
     await conn.execute(query("apply_changes"), {"docs": documents([change_doc(change, new=True)])})
 
 
-async def apply_update(
-    conn: Connection,
-    before: OrderAggregate,
-    change: Change,
-    fail_after_order_write: Exception | None = None,
-) -> AsyncCursor[Any]:
-    """Send a decided change to an existing, locked order; the cursor says if it was applied.
-
-    Ask `was_applied` of the cursor: a change whose guarded step was fenced off wrote nothing.
-    """
-    cursor = conn.cursor()
-    await cursor.execute(query("apply_changes"), {"docs": documents([change_doc(change, before)])})
-    if change.order is not None and fail_after_order_write is not None:
-        raise fail_after_order_write
-    return cursor
-
-
-async def was_applied(cursor: AsyncCursor[Any]) -> None:
-    """Raise `GuardLost` if the change `apply_update` sent was fenced off."""
-    row = await cursor.fetchone()
-    if row is None or not row[1]:
-        raise GuardLost("the guarded step no longer runs under the claimed generation")
-
-
-async def apply_documents(
-    conn: Connection, docs: list[dict[str, Any]], fail: Exception | None = None
-) -> list[bool]:
+async def apply_documents(conn: Connection, docs: list[dict[str, Any]]) -> list[bool]:
     """Send several orders' documents (`change_doc`, no two of one order) in one statement;
     whether each was applied (False: its guarded step was fenced off, nothing of it written)."""
     if not docs:
         return []
     cursor = conn.cursor()
     await cursor.execute(query("apply_changes"), {"docs": documents(docs)})
-    if fail is not None:
-        raise fail
     return [bool(row[1]) for row in await cursor.fetchall()]
 
 
@@ -146,13 +113,6 @@ def _json_value(value: object) -> Any:
 def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]:
     step = aggregate.step(step_id)
     return step.attempts if step is not None else ()
-
-
-async def write_rejection(conn: Connection, change: Change) -> None:
-    """Record a stale result that was not committed (rule 6), and nothing else."""
-    rejection = rejection_doc(change)
-    if rejection is not None:
-        await conn.execute(query("apply_changes"), {"docs": documents([rejection])})
 
 
 def expecting(doc: dict[str, Any], version: int, kept: OrderAggregate) -> dict[str, Any]:

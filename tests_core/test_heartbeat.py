@@ -24,7 +24,6 @@ from orderflow_core import (
     Timing,
     Warehouse,
 )
-from orderflow_core.executor import LeaseLost
 from orderflow_core.model import Claim
 from orderflow_core.outcomes import Outcome
 from orderflow_core.testing import InMemoryOrderStore
@@ -125,6 +124,11 @@ def executor(
     )
 
 
+def lease_lost_logged(caplog: pytest.LogCaptureFixture) -> bool:
+    """Whether the executor logged that a call's lease was lost (it raised `LeaseLost`)."""
+    return any("lost during the call" in r.getMessage() for r in caplog.records)
+
+
 async def step_of(w: World, claim: Claim) -> Step:
     aggregate = await w.store.load(claim.order_id)
     assert aggregate is not None
@@ -144,7 +148,7 @@ def test_a_long_call_renews_its_lease_every_heartbeat_and_then_commits() -> None
         [claim] = await a.claim()
         assert claim.kind is StepKind.RESERVE
         assert claim.lease_expires_at == start + timedelta(seconds=LEASE_S)
-        attempt = asyncio.create_task(a.process(claim))
+        attempt = asyncio.create_task(a.run_claimed([claim]))
         await until(lambda: warehouse.waiting == 1 and w.clock.sleepers == 1)
         assert store.renewals == []
 
@@ -195,7 +199,9 @@ def test_a_long_call_renews_its_lease_every_heartbeat_and_then_commits() -> None
         w.close()
 
 
-def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat() -> None:
+def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The store is unreachable for two renewals, the lease runs out, another executor claims
     the step; the first executor's call keeps waiting until its next heartbeat, which finds
     the lease lost and cancels it. The takeover's attempt is the only one that commits."""
@@ -210,7 +216,7 @@ def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat() 
 
     async def scenario() -> None:
         [claim_a] = await a.claim()
-        attempt_a = asyncio.create_task(a.process(claim_a))
+        attempt_a = asyncio.create_task(a.run_claimed([claim_a]))
         await until(lambda: warehouse.waiting == 1 and w.clock.sleepers == 1)
         committed = len(store.committed)  # the order and the intent of attempt 1
 
@@ -236,8 +242,8 @@ def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat() 
 
         w.clock.advance(3 * heartbeat_s - LEASE_S - 1)  # t = 36 s: the next heartbeat
         await until(attempt_a.done)
-        with pytest.raises(LeaseLost):
-            attempt_a.result()
+        attempt_a.result()  # LeaseLost: the executor leaves the step to the takeover
+        assert lease_lost_logged(caplog)
         assert store.renewals[-1] == Renewal("worker-a", 1, w.clock.now(), False)
         assert (warehouse.cancelled, warehouse.answered, warehouse.waiting) == (1, 0, 0)
         assert w.clock.sleepers == 0, "the heartbeat ended with the call"
@@ -258,7 +264,7 @@ def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat() 
         await asyncio.sleep(0)
         assert warehouse.answered == 0
 
-        await b.process(claim_b)
+        await b.run_claimed([claim_b])
         step = await step_of(w, claim_a)
         assert step.status is StepStatus.SUCCEEDED
         assert [(x.attempt, x.worker, x.outcome) for x in step.attempts] == [
@@ -283,7 +289,9 @@ def test_a_call_whose_lease_was_taken_over_is_cancelled_at_the_next_heartbeat() 
         w.close()
 
 
-def test_a_call_stalled_past_its_lease_is_cancelled_at_the_next_heartbeat() -> None:
+def test_a_call_stalled_past_its_lease_is_cancelled_at_the_next_heartbeat(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The worker stalls (the clock jumps past the lease before any heartbeat ran): the first
     heartbeat finds the lease expired and cancels the call, even before anyone else claims."""
     w, store, warehouse = heartbeat_world()
@@ -292,14 +300,14 @@ def test_a_call_stalled_past_its_lease_is_cancelled_at_the_next_heartbeat() -> N
 
     async def scenario() -> None:
         [claim] = await a.claim()
-        attempt = asyncio.create_task(a.process(claim))
+        attempt = asyncio.create_task(a.run_claimed([claim]))
         await until(lambda: warehouse.waiting == 1 and w.clock.sleepers == 1)
         committed = len(store.committed)
 
         w.clock.advance(LEASE_S + 1)
         await until(attempt.done)
-        with pytest.raises(LeaseLost):
-            attempt.result()
+        attempt.result()  # LeaseLost: the executor leaves the step to lease expiry
+        assert lease_lost_logged(caplog)
         assert store.renewals == [Renewal("worker-a", 1, w.clock.now(), False)]
         assert (warehouse.cancelled, warehouse.answered) == (1, 0)
         assert len(store.committed) == committed
@@ -328,10 +336,11 @@ def test_a_call_shorter_than_the_lease_and_the_heartbeat_runs_without_renewing()
 
     async def scenario() -> None:
         [claim] = await a.claim()
-        attempt = asyncio.create_task(a.process(claim))
+        attempt = asyncio.create_task(a.run_claimed([claim]))
         await until(lambda: warehouse.waiting == 1)
-        # The call runs in the attempt's own task: no call task, no heartbeat task beside it.
-        assert asyncio.all_tasks() == {asyncio.current_task(), attempt}
+        # The call runs in the step's own task: no call task, no heartbeat task beside it.
+        [step_task] = asyncio.all_tasks() - {asyncio.current_task(), attempt}
+        assert getattr(step_task.get_coro(), "__qualname__", None) == "Executor._guarded"
         assert w.clock.sleepers == 0
         # So driving the clock past a heartbeat (not past the lease) renews nothing meanwhile.
         w.clock.advance(HEARTBEAT_S + 5)
@@ -373,7 +382,7 @@ def test_a_renewal_that_raises_unexpectedly_keeps_the_heartbeat_and_the_call() -
 
     async def scenario() -> None:
         [claim] = await a.claim()
-        attempt = asyncio.create_task(a.process(claim))
+        attempt = asyncio.create_task(a.run_claimed([claim]))
         await until(lambda: warehouse.waiting == 1 and w.clock.sleepers == 1)
         for beat in (1, 2):
             w.clock.advance(HEARTBEAT_S)

@@ -3,6 +3,8 @@ pending; not for a timer due later (whose wake-up would only cost an empty claim
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +16,7 @@ from conftest import Run
 
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.states import StepStatus
-from orderflow_pg import PgOrderStore
+from orderflow_pg import PgOrderStore, PgWakeUps
 
 pytestmark = pytest.mark.postgres
 
@@ -88,3 +90,44 @@ def test_a_group_commit_of_orders_with_due_steps_sends_one_wake_up(
 
         run(pg_store.update_many([(o.order_id, nothing_due) for o in orders]))
         assert _until_marker(pg_url, listener) == [MARKER], "nothing due, nobody woken"
+
+
+def test_the_wake_up_port_wakes_on_a_created_due_step_and_rides_out_a_lost_connection(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    """`PgWakeUps.listen` (what a worker runs beside its executor) calls `wake` for a step
+    made due, and after its connection is killed it listens again on a new one."""
+
+    async def scenario() -> int:
+        woken = asyncio.Event()
+        wakeups = PgWakeUps(pg_url, reconnect_s=0.05)
+        listening = asyncio.create_task(wakeups.listen(woken.set))
+        try:
+            for round_ in range(2):
+                woken.clear()
+                async with asyncio.timeout(10):  # created until announced (LISTEN may lag)
+                    while not woken.is_set():
+                        await pg_store.create(creation(new_order(), key=None, due=T0))
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.2):
+                                await woken.wait()
+                if round_ == 0:
+                    async with await psycopg.AsyncConnection.connect(
+                        pg_url, autocommit=True
+                    ) as admin:
+                        cursor = await admin.execute(KILL_LISTENERS)
+                        killed = len(await cursor.fetchall())
+            return killed
+        finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+
+    assert run(scenario()) == 1, "one listening connection was killed, then woken again"
+
+
+KILL_LISTENERS = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND starts_with(query, 'LISTEN ')
+"""

@@ -23,10 +23,10 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sent: list[int] = []
     real = store_module.apply_documents
 
-    async def counting(conn: Any, docs: list[Any], fail: Any = None) -> Any:
+    async def counting(conn: Any, docs: list[Any]) -> Any:
         if docs:
             sent.append(len(docs))
-        return await real(conn, docs, fail)
+        return await real(conn, docs)
 
     monkeypatch.setattr(store_module, "apply_documents", counting)
     return sent

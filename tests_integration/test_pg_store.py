@@ -24,7 +24,7 @@ from orderflow_core.states import RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
 from orderflow_pg.queries import query
-from orderflow_pg.writes import GuardLost, apply_update, was_applied
+from orderflow_pg.writes import apply_documents, change_doc
 
 pytestmark = pytest.mark.postgres
 
@@ -80,9 +80,8 @@ def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
         conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
         async with conn:
             async with conn.transaction():  # committed: the statement itself wrote nothing
-                sent = await apply_update(conn, before, stale)
-            with pytest.raises(GuardLost):
-                await was_applied(sent)
+                applied = await apply_documents(conn, [change_doc(stale, before)])
+            assert applied == [False]
 
     run(write_without_the_lock())
     assert run(pg_store.load(order.order_id)) == before

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
+import psycopg
 import pytest
 from builders import (
     T0,
@@ -27,7 +28,8 @@ from orderflow_core.calls import CallPlan
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
-from orderflow_core.ports import OrderStore
+from orderflow_core.ports import OrderReads, OrderStore, UnitOfWork
+from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 from orderflow_core.testing import InMemoryOrderStore
 
@@ -38,6 +40,20 @@ def store(request: pytest.FixtureRequest) -> OrderStore:
         return InMemoryOrderStore()
     pg_store: OrderStore = request.getfixturevalue("pg_store")
     return pg_store
+
+
+def _members(protocol: type) -> set[str]:
+    return {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+
+
+def test_both_stores_provide_the_unit_of_work_the_reads_and_the_outbox_feed(
+    store: OrderStore,
+) -> None:
+    for protocol in (UnitOfWork, OrderReads, OutboxFeed):
+        assert _members(protocol), protocol
+        missing = {n for n in _members(protocol) if not callable(getattr(store, n, None))}
+        assert missing == set(), (protocol.__name__, missing)
+    assert _members(OrderStore) <= _members(UnitOfWork) | _members(OrderReads)
 
 
 def unchanged(aggregate: OrderAggregate) -> tuple[Change, None]:
@@ -177,16 +193,34 @@ def test_an_update_reusing_an_idempotency_key_is_refused_and_writes_nothing(
     assert run(store.load(order.order_id)).order.state is OrderState.CREATED
 
 
+# A trigger on the history rows (written after the order's row in the same statement) that
+# raises: a real failure midway through a transition's writes, not a hook in the store.
+FAIL_AFTER_ORDER_WRITE = """
+CREATE FUNCTION fail_injected() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'injected';
+END;
+$$;
+CREATE TRIGGER fail_injected BEFORE INSERT ON order_history
+    FOR EACH ROW EXECUTE FUNCTION fail_injected();
+"""
+
+
 def test_a_failure_between_the_writes_of_a_transition_leaves_nothing_visible(
-    store: OrderStore, run: Run[Any]
+    store: OrderStore, run: Run[Any], request: pytest.FixtureRequest
 ) -> None:
     order = new_order()
     run(store.create(creation(order, key=None)))
     [claim] = run(store.claim_due(owner="w1", now=T0, limit=5, lease_s=30))
     before = run(store.load(order.order_id))
     change = reserved_change(order, before.steps[0], claim, worker="w1")
-    store.fail_after_order_write = RuntimeError("injected")  # type: ignore[attr-defined]
-    with pytest.raises(RuntimeError, match="injected"):
+    if isinstance(store, InMemoryOrderStore):  # the fake's own hook
+        store.fail_after_order_write = RuntimeError("injected")
+    else:  # PostgreSQL fails the statement itself once it has written the order
+        pg_url: str = request.getfixturevalue("pg_url")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(FAIL_AFTER_ORDER_WRITE)
+    with pytest.raises(Exception, match="injected"):
         run(store.update(order.order_id, lambda _: (change, None)))
     assert run(store.load(order.order_id)) == before
     assert len(run(store.history(order.order_id))) == 1

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from orderflow_core.testing.clock import FakeClock
-from orderflow_core.testing.memory import InMemoryOrderStore, InMemoryUsers
+from orderflow_core.testing.memory import InMemoryOrderStore, InMemoryUsers, NoWakeUps
 
-__all__ = ["FakeClock", "InMemoryOrderStore", "InMemoryUsers"]
+__all__ = ["FakeClock", "InMemoryOrderStore", "InMemoryUsers", "NoWakeUps"]

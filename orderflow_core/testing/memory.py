@@ -1,4 +1,5 @@
-"""An in-memory `OrderStore`: the same behaviour as the PostgreSQL store, kept in dicts."""
+"""An in-memory `OrderStore` (both its `UnitOfWork` and `OrderReads` sides, and the relay's
+`OutboxFeed`): the same behaviour as the PostgreSQL store, kept in dicts; and `NoWakeUps`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ from orderflow_core.ports import OrderCount
 from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
 
 T = TypeVar("T")
+
+
+class NoWakeUps:
+    """The in-memory `WakeUps`: announces nothing, so executors find work by polling alone
+    (a FakeClock-driven test decides when they poll)."""
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        await asyncio.Event().wait()  # until cancelled
 
 
 class InMemoryOrderStore:

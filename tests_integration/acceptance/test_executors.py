@@ -144,7 +144,7 @@ def test_a_stalled_expiry_timer_cannot_decide_after_its_lease_expired(stack: Sta
     stack.settle()
     before = stack.load(order_id)
     assert before.order.state is S.PAYMENT_FAILED
-    stack.run(stack.executors[0].process(claim))
+    stack.run(stack.executors[0].run_claimed([claim]))
     assert stack.load(order_id) == before
 
 
