@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextlib import AbstractContextManager
-from functools import partial
 from typing import Any
 
 from orderflow_core.model import Claim
@@ -105,14 +104,23 @@ class _Observed:
     One clock read at each end serves both the span and the latency histogram; a plain class
     rather than a generator keeps the enter/exit cheap on the hot path."""
 
-    __slots__ = ("_done", "_span", "_started", "_token", "outcome")
+    __slots__ = ("_done", "_span", "_started", "_token", "first", "outcome", "second")
 
-    def __init__(self, span: Any, started: int, done: Callable[[_Observed, int], None]) -> None:
+    def __init__(
+        self,
+        span: Any,
+        started: int,
+        done: Callable[[_Observed, int], None],
+        first: str,
+        second: str = "",
+    ) -> None:
         self.outcome: str | None = None
         self._span = span
         self._started = started
-        self._done = done
+        self._done = done  # a bound method made once: nothing allocated per observation
         self._token: Any = None
+        self.first = first  # the labels it is counted under (kind; service, operation; ...)
+        self.second = second
 
     def finished(self, outcome: str) -> None:
         self.outcome = outcome
@@ -322,14 +330,14 @@ class Telemetry:
                         "worker": worker,
                     }
                 )
-        return _Observed(span, started, partial(self._attempt_done, kind))
+        return _Observed(span, started, self._attempt_done, kind)
 
-    def _attempt_done(self, kind: str, observed: _Observed, ended: int) -> None:
+    def _attempt_done(self, observed: _Observed, ended: int) -> None:
         outcome = observed.outcome or "lost"
         _end(observed, ended, "outcome", outcome)
         if self.registry is not None:
-            self.attempts(kind, outcome).inc()
-            self.step_duration(kind).observe(_seconds(observed, ended))
+            self.attempts(observed.first, outcome).inc()
+            self.step_duration(observed.first).observe(_seconds(observed, ended))
 
     # -- adapters' own reports ---------------------------------------------------------------
 
@@ -352,18 +360,20 @@ class Telemetry:
             )
             if span.is_recording():
                 span.set_attribute("order_id", str(call.order_id))
-        return _Observed(span, started, partial(self._call_done, service, operation))
+        return _Observed(span, started, self._call_done, service, operation)
 
-    def _call_done(self, service: str, operation: str, observed: _Observed, ended: int) -> None:
+    def _call_done(self, observed: _Observed, ended: int) -> None:
         outcome = observed.outcome or "error"
         _end(observed, ended, "outcome", outcome)
         if self.registry is not None:
+            service, operation = observed.first, observed.second
             self.calls(service, operation, outcome).inc()
             self.call_duration(service, operation).observe(_seconds(observed, ended))
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
-        """Add the W3C `traceparent` of the current span to outgoing headers."""
-        if self.tracer is not None:
+        """Add the W3C `traceparent` (and `tracestate`) of the current span to outgoing headers;
+        nothing when no span is current (the propagator's own checks, done once here)."""
+        if self.tracer is not None and trace.get_current_span().get_span_context().is_valid:
             self._propagator.inject(headers)
 
     def watch_bulkhead(self, service: str, bulkhead: Bulkhead) -> None:
@@ -389,12 +399,13 @@ class Telemetry:
             )
             if span.is_recording():
                 span.set_attributes({"http.request.method": method, "http.route": route})
-        return _Observed(span, started, partial(self._request_done, method, route))
+        return _Observed(span, started, self._request_done, method, route)
 
-    def _request_done(self, method: str, route: str, observed: _Observed, ended: int) -> None:
+    def _request_done(self, observed: _Observed, ended: int) -> None:
         status = observed.outcome or "500"
         _end(observed, ended, "http.response.status_code", int(status))
         if self.registry is not None:
+            method, route = observed.first, observed.second
             self.api_requests(route, method, status).inc()
             self.api_duration(route, method).observe(_seconds(observed, ended))
 
