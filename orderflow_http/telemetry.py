@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextlib import AbstractContextManager
+from itertools import accumulate
 from typing import Any
 
 from orderflow_core.model import Claim
@@ -26,8 +28,13 @@ from orderflow_http.bulkhead import Bulkhead
 
 try:
     import prometheus_client as prom
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
 except ImportError:  # pragma: no cover - the `metrics` extra is not installed
     prom = None  # type: ignore[assignment]
     Collector = object  # type: ignore[assignment,misc]
@@ -64,22 +71,67 @@ class _Labelled:
         return child
 
 
-# The metrics a Telemetry keeps: attribute, type, name, help, labels, histogram buckets.
-_COUNTER, _HISTOGRAM = "counter", "histogram"
+class _CountAndTime(Collector):
+    """A counter labelled (*labels, outcome) and a latency histogram labelled labels, kept as
+    plain numbers and turned into Prometheus samples when scraped: the hot path does two dict
+    lookups and a bisect, no lock and no child object (every caller runs on the event loop's
+    thread, and so does the scrape). Exposed exactly as prometheus-client's own would be."""
+
+    def __init__(self, counter: tuple[str, str], histogram: tuple[str, str],
+                 labels: tuple[str, ...], outcome: str) -> None:  # fmt: skip
+        self._counter, self._histogram = counter, histogram
+        self._labels, self._outcome = labels, outcome
+        self._bounds = DURATION_BUCKETS
+        # the `le` labels as prometheus-client writes them (its helper is untyped)
+        self._les = [*(floatToGoString(b) for b in DURATION_BUCKETS), "+Inf"]  # type: ignore[no-untyped-call]
+        self.counts: dict[tuple[str, str, str], int] = {}
+        # per label pair: [sum, then one count per bucket (its own, not cumulative), +Inf last]
+        self.times: dict[tuple[str, str], list[float]] = {}
+
+    def record(self, first: str, second: str, outcome: str, seconds: float) -> None:
+        key = (first, second, outcome)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        pair = (first, second)
+        timed = self.times.get(pair)
+        if timed is None:
+            timed = self.times[pair] = [0.0] * (len(self._bounds) + 2)
+        timed[0] += seconds
+        timed[1 + bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds
+
+    def collect(self) -> Iterable[Any]:
+        width = len(self._labels)  # 1: the second label is unused
+        counter = CounterMetricFamily(*self._counter, labels=[*self._labels, self._outcome])
+        for (first, second, outcome), count in self.counts.items():
+            counter.add_metric([*[first, second][:width], outcome], count)
+        yield counter
+        histogram = HistogramMetricFamily(*self._histogram, labels=list(self._labels))
+        for (first, second), timed in self.times.items():
+            cumulative = list(accumulate(timed[1:]))
+            histogram.add_metric(
+                [first, second][:width],
+                buckets=list(zip(self._les, cumulative, strict=True)),
+                sum_value=timed[0],
+            )
+        yield histogram
+
+
+# The hot path's count-and-latency pairs: attribute, counter (name, help), histogram (name,
+# help), the histogram's labels, the label the counter adds.
 # fmt: off
+_TIMED: tuple[tuple[str, tuple[str, str], tuple[str, str], tuple[str, ...], str], ...] = (
+    ("requests", ("orderflow_api_requests", "API requests answered"),
+     ("orderflow_api_request_duration_seconds", "API request latency"),
+     ("route", "method"), "status"),
+    ("attempts", ("orderflow_step_attempts", "Step attempts run"),
+     ("orderflow_step_duration_seconds", "Step attempt duration (call and result commit)"),
+     ("kind",), "outcome"),
+    ("calls", ("orderflow_external_calls", "Calls to the external services"),
+     ("orderflow_external_call_duration_seconds", "External call latency"),
+     ("service", "operation"), "outcome"),
+)
+# The other metrics: attribute, type, name, help, labels, histogram buckets.
+_COUNTER, _HISTOGRAM = "counter", "histogram"
 _METRICS: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[float, ...]], ...] = (
-    ("api_requests", _COUNTER, "orderflow_api_requests", "API requests answered",
-     ("route", "method", "status"), ()),
-    ("api_duration", _HISTOGRAM, "orderflow_api_request_duration_seconds",
-     "API request latency", ("route", "method"), DURATION_BUCKETS),
-    ("attempts", _COUNTER, "orderflow_step_attempts", "Step attempts run",
-     ("kind", "outcome"), ()),
-    ("step_duration", _HISTOGRAM, "orderflow_step_duration_seconds",
-     "Step attempt duration (call and result commit)", ("kind",), DURATION_BUCKETS),
-    ("calls", _COUNTER, "orderflow_external_calls", "Calls to the external services",
-     ("service", "operation", "outcome"), ()),
-    ("call_duration", _HISTOGRAM, "orderflow_external_call_duration_seconds",
-     "External call latency", ("service", "operation"), DURATION_BUCKETS),
     ("takeovers", _COUNTER, "orderflow_lease_takeovers",
      "Steps taken over after a lease ran out", ("kind",), ()),
     ("stale", _COUNTER, "orderflow_stale_results_rejected",
@@ -193,13 +245,10 @@ class _Gauges(Collector):
 class Telemetry:
     """The process's metrics and tracer; satisfies `orderflow_core.observe.Observer`."""
 
-    # Set from `_METRICS` when metrics are on: labelled ones bound per label tuple.
-    api_requests: _Labelled
-    api_duration: _Labelled
-    attempts: _Labelled
-    step_duration: _Labelled
-    calls: _Labelled
-    call_duration: _Labelled
+    # Set from `_TIMED` and `_METRICS` when metrics are on: labelled ones bound per label tuple.
+    requests: _CountAndTime
+    attempts: _CountAndTime
+    calls: _CountAndTime
     takeovers: _Labelled
     stale: _Labelled
     rejected: _Labelled
@@ -250,6 +299,10 @@ class Telemetry:
 
     def _make_metrics(self) -> None:
         r = self.registry = prom.CollectorRegistry()
+        for attribute, counter, histogram, labels, outcome in _TIMED:
+            timed = _CountAndTime(counter, histogram, labels, outcome)
+            setattr(self, attribute, timed)
+            r.register(timed)
         for attribute, kind, name, documentation, labels, buckets in _METRICS:
             metric: Any
             if kind == _COUNTER:
@@ -336,8 +389,7 @@ class Telemetry:
         outcome = observed.outcome or "lost"
         _end(observed, ended, "outcome", outcome)
         if self.registry is not None:
-            self.attempts(observed.first, outcome).inc()
-            self.step_duration(observed.first).observe(_seconds(observed, ended))
+            self.attempts.record(observed.first, "", outcome, _seconds(observed, ended))
 
     # -- adapters' own reports ---------------------------------------------------------------
 
@@ -366,9 +418,8 @@ class Telemetry:
         outcome = observed.outcome or "error"
         _end(observed, ended, "outcome", outcome)
         if self.registry is not None:
-            service, operation = observed.first, observed.second
-            self.calls(service, operation, outcome).inc()
-            self.call_duration(service, operation).observe(_seconds(observed, ended))
+            seconds = _seconds(observed, ended)
+            self.calls.record(observed.first, observed.second, outcome, seconds)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         """Add the W3C `traceparent` (and `tracestate`) of the current span to outgoing headers;
@@ -399,15 +450,14 @@ class Telemetry:
             )
             if span.is_recording():
                 span.set_attributes({"http.request.method": method, "http.route": route})
-        return _Observed(span, started, self._request_done, method, route)
+        return _Observed(span, started, self._request_done, route, method)
 
     def _request_done(self, observed: _Observed, ended: int) -> None:
         status = observed.outcome or "500"
         _end(observed, ended, "http.response.status_code", int(status))
         if self.registry is not None:
-            method, route = observed.first, observed.second
-            self.api_requests(route, method, status).inc()
-            self.api_duration(route, method).observe(_seconds(observed, ended))
+            seconds = _seconds(observed, ended)
+            self.requests.record(observed.first, observed.second, status, seconds)
 
     def current_trace_parent(self) -> str | None:
         """The `traceparent` of the current span, if one is recording."""

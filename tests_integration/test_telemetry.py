@@ -22,7 +22,7 @@ from orderflow import tracing
 from orderflow_core.model import Claim
 from orderflow_core.ports import CallContext
 from orderflow_core.states import StepKind
-from orderflow_http.telemetry import Telemetry
+from orderflow_http.telemetry import DURATION_BUCKETS, Telemetry
 
 CALLER = "00-abababababababababababababababab-cdcdcdcdcdcdcdcd-01"
 CLAIM = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.CHARGE, 2, "worker-t", datetime.now(UTC))
@@ -192,3 +192,36 @@ def test_every_metric_keeps_its_name_and_labels() -> None:
     assert _sample(telemetry, "orderflow_lease_takeovers_total", kind="charge") == 2
     assert _sample(telemetry, "orderflow_bulkhead_rejected_total", service="payments") == 2
     assert _sample(telemetry, "orderflow_outbox_events_published_total") == 4
+
+
+def test_the_step_latency_histogram_reads_as_prometheus_clients_own() -> None:
+    telemetry = Telemetry(tracing=False)
+    reference = prometheus_client.CollectorRegistry()
+    counter = prometheus_client.Counter(
+        "reference_attempts", "", ["kind", "outcome"], registry=reference
+    )
+    histogram = prometheus_client.Histogram(
+        "reference_duration_seconds", "", ["kind"], buckets=DURATION_BUCKETS, registry=reference
+    )
+    # On a bound, between bounds, beyond the last (+Inf), and zero.
+    for seconds, outcome in (
+        (0.005, "succeeded"),
+        (0.0031, "transient"),
+        (42.0, "lost"),
+        (0, "succeeded"),
+    ):
+        telemetry.attempts.record("charge", "", outcome, seconds)
+        counter.labels("charge", outcome).inc()
+        histogram.labels("charge").observe(seconds)
+
+    def samples(registry: prometheus_client.CollectorRegistry, prefix: str) -> dict[str, float]:
+        return {
+            f"{s.name.removeprefix(prefix)}{sorted(s.labels.items())}": s.value
+            for family in registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    ours = samples(telemetry.registry, "orderflow_step_")
+    theirs = samples(reference, "reference_")
+    assert {k: v for k, v in ours.items() if k.startswith(("attempts", "duration"))} == theirs
