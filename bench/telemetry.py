@@ -45,7 +45,9 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_for
 SAMPLERS = {"otlp": None, "otlp-all": "parentbased_always_on"}
 
 
-def _start(mode: str, args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen[str]:
+def _start(
+    mode: str, side: int, args: argparse.Namespace, env: dict[str, str]
+) -> subprocess.Popen[str]:
     """`python -m bench.worker_only` for one mode, in its own process and database."""
     env = dict(env)
     if mode in SAMPLERS:
@@ -55,7 +57,7 @@ def _start(mode: str, args: argparse.Namespace, env: dict[str, str]) -> subproce
     argv = [
         sys.executable, "-m", "bench.worker_only", "--database-url", args.database_url,
         "--orders", str(args.orders), "--concurrency", str(args.concurrency),
-        "--database", f"{worker_only.DATABASE}_{mode.replace('-', '_')}",
+        "--database", f"{worker_only.DATABASE}_{side}",
         "--telemetry", "otlp" if mode in SAMPLERS else mode,
     ]  # fmt: skip
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, cwd=launch.REPO)
@@ -76,22 +78,23 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     sink = subprocess.Popen([sys.executable, "-c", SINK, str(port)])
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_TRACES_SAMPLER")}
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in ("off", *args.modes)}
-    ratios: dict[str, list[tuple[float, float]]] = {mode: [] for mode in args.modes}
+    named = {mode: mode if mode != "off" else "off-again" for mode in args.modes}  # A/A: off
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], **{named[m]: [] for m in args.modes}}
+    ratios: dict[str, list[tuple[float, float]]] = {named[m]: [] for m in args.modes}
     try:
         for i in range(args.repeat):
             for mode in args.modes:
-                pair = [_start("off", args, env), _start(mode, args, env)]
+                pair = [_start("off", 0, args, env), _start(mode, 1, args, env)]
                 off, on = (_result(p) for p in pair)
                 runs["off"].append(off)
-                runs[mode].append(on)
-                ratios[mode].append(
+                runs[named[mode]].append(on)
+                ratios[named[mode]].append(
                     (
                         on["orders_per_s"] / off["orders_per_s"],
                         on["worker_cpu_ms_per_order"] / off["worker_cpu_ms_per_order"],
                     )
                 )
-                for name, result in (("off", off), (mode, on)):
+                for name, result in (("off", off), (named[mode], on)):
                     print(
                         f"run {i + 1} {name:9s} {result['orders_per_s']:7.1f} orders/s "
                         f"{result['worker_cpu_ms_per_order']:6.2f} worker CPU ms/order",
@@ -189,7 +192,7 @@ def main() -> None:
         micro(args.iterations)
         return
     for mode in args.modes:
-        if mode not in (*SAMPLERS, "metrics"):
+        if mode not in (*SAMPLERS, "metrics", "off"):  # off: an A/A check of the pairing
             p.error(f"unknown mode {mode!r}")
     summary = compare(args)
     for mode, row in summary.items():
