@@ -125,7 +125,9 @@ def micro(iterations: int) -> None:
         SpanExporter,
         SpanExportResult,
     )
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased  # noqa: PLC0415
 
+    from orderflow import tracing  # noqa: PLC0415
     from orderflow_core.model import Claim  # noqa: PLC0415
     from orderflow_core.observe import NullObserver  # noqa: PLC0415
     from orderflow_core.ports import CallContext  # noqa: PLC0415
@@ -136,11 +138,12 @@ def micro(iterations: int) -> None:
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    def sdk() -> TracerProvider:
-        provider = TracerProvider()  # every span recorded
+    def sdk(sampler: Any = None) -> TracerProvider:
+        provider = TracerProvider(sampler=sampler)  # None: the SDK's, every span recorded
         provider.add_span_processor(BatchSpanProcessor(Dropping()))
         return provider
 
+    tenth = ParentBased(TraceIdRatioBased(tracing.DEFAULT_SAMPLE_RATIO))
     claim = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.RESERVE, 1, "w", datetime.now(UTC))
     call = CallContext(claim.order_id, claim.step_id, "key")
     observers: list[tuple[str, Any]] = [
@@ -149,6 +152,7 @@ def micro(iterations: int) -> None:
         ("tracing API without an SDK", Telemetry(metrics=False)),
         ("metrics", Telemetry(tracing=False)),
         ("spans recorded (SDK)", Telemetry(metrics=False, tracer_provider=sdk())),
+        ("metrics + 10 % sampled (the default)", Telemetry(tracer_provider=sdk(tenth))),
         ("metrics + spans recorded", Telemetry(tracer_provider=sdk())),
     ]
     for label, observer in observers:

@@ -383,6 +383,8 @@ class Telemetry:
                         "worker": worker,
                     }
                 )
+        if span is None and self.registry is None:
+            return _UNOBSERVED  # nothing to count or trace: nothing allocated
         return _Observed(span, started, self._attempt_done, kind)
 
     def _attempt_done(self, observed: _Observed, ended: int) -> None:
@@ -395,7 +397,7 @@ class Telemetry:
 
     def external_call(
         self, service: str, operation: str, call: CallContext
-    ) -> AbstractContextManager[_Observed]:
+    ) -> AbstractContextManager[AttemptObservation]:
         """Around one physical call: its client span (current inside, so `inject` names it; a
         child of the step attempt's span, which carries the step, attempt and worker), count
         and latency. Tell the observation the outcome name."""
@@ -412,6 +414,8 @@ class Telemetry:
             )
             if span.is_recording():
                 span.set_attribute("order_id", str(call.order_id))
+        if span is None and self.registry is None:
+            return _UNOBSERVED
         return _Observed(span, started, self._call_done, service, operation)
 
     def _call_done(self, observed: _Observed, ended: int) -> None:
@@ -469,6 +473,22 @@ class Telemetry:
 
 
 _ROOT: Any = otel_context.Context() if trace is not None else None
+
+
+class _Unobserved:
+    """The observation when metrics and spans are both off: one shared do-nothing instance."""
+
+    def finished(self, outcome: str) -> None:
+        del outcome
+
+    def __enter__(self) -> _Unobserved:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del exc
+
+
+_UNOBSERVED = _Unobserved()
 
 
 def _name(cache: dict[Any, str], key: Any, *parts: str) -> str:

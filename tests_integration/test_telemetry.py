@@ -225,3 +225,16 @@ def test_the_step_latency_histogram_reads_as_prometheus_clients_own() -> None:
     ours = samples(telemetry.registry, "orderflow_step_")
     theirs = samples(reference, "reference_")
     assert {k: v for k, v in ours.items() if k.startswith(("attempts", "duration"))} == theirs
+
+
+def test_with_metrics_and_tracing_off_an_attempt_and_its_call_cost_one_shared_object() -> None:
+    telemetry = Telemetry(metrics=False, tracing=False)
+    headers: dict[str, str] = {}
+    with telemetry.step_attempt(CLAIM, "worker-t", CALLER) as attempt:
+        with telemetry.external_call("payments", "charge", CALL) as call:
+            telemetry.inject(headers)
+            call.finished("succeeded")
+        attempt.finished("succeeded")
+    assert attempt is call  # nothing made per observation
+    assert headers == {}
+    assert telemetry.registry is None
