@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from bench import cpu, launch, pgadmin, walstats
 from bench.run import DEFAULT_URL
+from orderflow import tracing
 from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
@@ -87,11 +88,15 @@ def _telemetry(mode: str) -> Any:
     """`off`: no observer at all; `metrics`: metrics, and the OpenTelemetry API without an SDK
     (what a process runs with no OTLP endpoint configured); `full`: metrics and every span
     recorded by the SDK and batch-exported (to a sink that drops them), as with an endpoint;
-    `sampled`: the same with 10 % of the traces sampled."""
+    `sampled`: the same with 10 % of the traces sampled; `otlp`: metrics and the provider the
+    CLI installs (`orderflow.tracing`: OTLP exporter, OTEL_* variables, orderflow's default
+    sampler), see `python -m bench.telemetry`."""
     if mode == "off":
         return None
     if mode == "metrics":
         return Telemetry()
+    if mode == "otlp":
+        return Telemetry(tracer_provider=tracing.tracer_provider())
     sampler = ParentBased(TraceIdRatioBased(0.1)) if mode == "sampled" else None
 
     class Dropping(SpanExporter):
@@ -151,6 +156,8 @@ async def measure(
                         polls += 1
                     elapsed = time.monotonic() - began
                     await watcher.close()
+                    if observer is not None and hasattr(observer.tracer_provider, "shutdown"):
+                        observer.tracer_provider.shutdown()  # its last export counts too
                     worker_s = cpu.self_cpu_s() - cpu0
                     pg_s = (
                         cpu.postgres_cpu_s(postgres.postmaster) - pg0
@@ -192,7 +199,8 @@ def main() -> None:
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="event loop, as ORDERFLOW_EVENT_LOOP (a checkout without the choice "
                    "runs asyncio's)")
-    p.add_argument("--telemetry", choices=["off", "metrics", "full", "sampled"], default="off",
+    p.add_argument("--telemetry", choices=["off", "metrics", "full", "sampled", "otlp"],
+                   default="off",
                    help="the observer: none, metrics (+ no-op tracing API), metrics + recorded "
                    "spans, or metrics + 10%% sampled spans")
     args = p.parse_args()

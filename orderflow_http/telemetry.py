@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from contextlib import AbstractContextManager
+from itertools import accumulate
 from typing import Any
 
-from orderflow_core import logfields
 from orderflow_core.model import Claim
 from orderflow_core.observe import AttemptObservation, ProbeReading
 from orderflow_core.ports import CallContext
@@ -27,8 +28,13 @@ from orderflow_http.bulkhead import Bulkhead
 
 try:
     import prometheus_client as prom
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
 except ImportError:  # pragma: no cover - the `metrics` extra is not installed
     prom = None  # type: ignore[assignment]
     Collector = object  # type: ignore[assignment,misc]
@@ -48,16 +54,145 @@ BATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 Probe = Callable[[], Awaitable[ProbeReading]]
 
 
-class _Observation:
-    """An attempt or a call in progress: its outcome, once told."""
+class _Labelled:
+    """A labelled metric with its bound children kept per label tuple: `.labels()` validates
+    and locks on every call, a dict lookup does not."""
 
-    __slots__ = ("outcome",)
+    __slots__ = ("_children", "_metric")
 
-    def __init__(self) -> None:
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *labels: str) -> Any:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child
+
+
+class _CountAndTime(Collector):
+    """A counter labelled (*labels, outcome) and a latency histogram labelled labels, kept as
+    plain numbers and turned into Prometheus samples when scraped: the hot path does two dict
+    lookups and a bisect, no lock and no child object (every caller runs on the event loop's
+    thread, and so does the scrape). Exposed exactly as prometheus-client's own would be."""
+
+    def __init__(self, counter: tuple[str, str], histogram: tuple[str, str],
+                 labels: tuple[str, ...], outcome: str) -> None:  # fmt: skip
+        self._counter, self._histogram = counter, histogram
+        self._labels, self._outcome = labels, outcome
+        self._bounds = DURATION_BUCKETS
+        # the `le` labels as prometheus-client writes them (its helper is untyped)
+        self._les = [*(floatToGoString(b) for b in DURATION_BUCKETS), "+Inf"]  # type: ignore[no-untyped-call]
+        self.counts: dict[tuple[str, str, str], int] = {}
+        # per label pair: [sum, then one count per bucket (its own, not cumulative), +Inf last]
+        self.times: dict[tuple[str, str], list[float]] = {}
+
+    def record(self, first: str, second: str, outcome: str, seconds: float) -> None:
+        key = (first, second, outcome)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        pair = (first, second)
+        timed = self.times.get(pair)
+        if timed is None:
+            timed = self.times[pair] = [0.0] * (len(self._bounds) + 2)
+        timed[0] += seconds
+        timed[1 + bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds
+
+    def collect(self) -> Iterable[Any]:
+        width = len(self._labels)  # 1: the second label is unused
+        counter = CounterMetricFamily(*self._counter, labels=[*self._labels, self._outcome])
+        for (first, second, outcome), count in self.counts.items():
+            counter.add_metric([*[first, second][:width], outcome], count)
+        yield counter
+        histogram = HistogramMetricFamily(*self._histogram, labels=list(self._labels))
+        for (first, second), timed in self.times.items():
+            cumulative = list(accumulate(timed[1:]))
+            histogram.add_metric(
+                [first, second][:width],
+                buckets=list(zip(self._les, cumulative, strict=True)),
+                sum_value=timed[0],
+            )
+        yield histogram
+
+
+# The hot path's count-and-latency pairs: attribute, counter (name, help), histogram (name,
+# help), the histogram's labels, the label the counter adds.
+# fmt: off
+_TIMED: tuple[tuple[str, tuple[str, str], tuple[str, str], tuple[str, ...], str], ...] = (
+    ("requests", ("orderflow_api_requests", "API requests answered"),
+     ("orderflow_api_request_duration_seconds", "API request latency"),
+     ("route", "method"), "status"),
+    ("attempts", ("orderflow_step_attempts", "Step attempts run"),
+     ("orderflow_step_duration_seconds", "Step attempt duration (call and result commit)"),
+     ("kind",), "outcome"),
+    ("calls", ("orderflow_external_calls", "Calls to the external services"),
+     ("orderflow_external_call_duration_seconds", "External call latency"),
+     ("service", "operation"), "outcome"),
+)
+# The other metrics: attribute, type, name, help, labels, histogram buckets.
+_COUNTER, _HISTOGRAM = "counter", "histogram"
+_METRICS: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[float, ...]], ...] = (
+    ("takeovers", _COUNTER, "orderflow_lease_takeovers",
+     "Steps taken over after a lease ran out", ("kind",), ()),
+    ("stale", _COUNTER, "orderflow_stale_results_rejected",
+     "Results not committed: the attempt no longer owned the step", ("kind",), ()),
+    ("claims", _COUNTER, "orderflow_claims", "Claim statements run", (), ()),
+    ("claim_batch", _HISTOGRAM, "orderflow_claim_batch_size", "Steps leased per claim", (),
+     BATCH_BUCKETS),
+    ("commit_batch_size", _HISTOGRAM, "orderflow_commit_batch_size",
+     "Orders committed per group-commit transaction", (), BATCH_BUCKETS),
+    ("published", _COUNTER, "orderflow_outbox_events_published", "Outbox events published",
+     (), ()),
+    ("rejected", _COUNTER, "orderflow_bulkhead_rejected",
+     "Calls refused by a full bulkhead (policy reject)", ("service",), ()),
+)
+# fmt: on
+
+
+class _Observed:
+    """One API request, step attempt or external call in progress: its span (current while
+    inside, so a child span or `inject` sees it), its start, and its outcome once told.
+
+    One clock read at each end serves both the span and the latency histogram; a plain class
+    rather than a generator keeps the enter/exit cheap on the hot path."""
+
+    __slots__ = ("_done", "_span", "_started", "_token", "first", "outcome", "second")
+
+    def __init__(
+        self,
+        span: Any,
+        started: int,
+        done: Callable[[_Observed, int], None],
+        first: str,
+        second: str = "",
+    ) -> None:
         self.outcome: str | None = None
+        self._span = span
+        self._started = started
+        self._done = done  # a bound method made once: nothing allocated per observation
+        self._token: Any = None
+        self.first = first  # the labels it is counted under (kind; service, operation; ...)
+        self.second = second
 
     def finished(self, outcome: str) -> None:
         self.outcome = outcome
+
+    def __enter__(self) -> _Observed:
+        if self._span is not None:
+            self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        ended = time.time_ns()
+        span = self._span
+        if span is not None:
+            otel_context.detach(self._token)
+            if isinstance(exc, Exception) and span.is_recording():
+                span.record_exception(exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+        self._done(self, ended)
 
 
 class _Gauges(Collector):
@@ -110,6 +245,18 @@ class _Gauges(Collector):
 class Telemetry:
     """The process's metrics and tracer; satisfies `orderflow_core.observe.Observer`."""
 
+    # Set from `_TIMED` and `_METRICS` when metrics are on: labelled ones bound per label tuple.
+    requests: _CountAndTime
+    attempts: _CountAndTime
+    calls: _CountAndTime
+    takeovers: _Labelled
+    stale: _Labelled
+    rejected: _Labelled
+    claims: Any
+    claim_batch: Any
+    commit_batch_size: Any
+    published: Any
+
     def __init__(
         self,
         *,
@@ -127,9 +274,21 @@ class Telemetry:
         self.last_reading: ProbeReading | None = None
         self._read_at = float("-inf")
         self.tracer: Any = None
+        # Spans of steps and calls only with an SDK provider (given, or installed globally
+        # before this is made, as the CLI does): without one they could record nothing, so
+        # the worker's path skips them; API requests still pass a caller's trace through.
+        self._spans = False
+        self.tracer_provider: Any = None
         if tracing and trace is not None:
             self.tracer = trace.get_tracer("orderflow", tracer_provider=tracer_provider)
             self._propagator = TraceContextTextMapPropagator()
+            provider = self.tracer_provider = tracer_provider or trace.get_tracer_provider()
+            self._spans = not isinstance(
+                provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+            )
+        self._step_names: dict[str, str] = {}
+        self._call_names: dict[tuple[str, str], str] = {}
+        self._request_names: dict[tuple[str, str], str] = {}
         self.registry: Any = None
         if metrics and prom is not None:
             self._make_metrics()
@@ -140,76 +299,17 @@ class Telemetry:
 
     def _make_metrics(self) -> None:
         r = self.registry = prom.CollectorRegistry()
-        self.api_requests = prom.Counter(
-            "orderflow_api_requests",
-            "API requests answered",
-            ["route", "method", "status"],
-            registry=r,
-        )
-        self.api_duration = prom.Histogram(
-            "orderflow_api_request_duration_seconds",
-            "API request latency",
-            ["route", "method"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.attempts = prom.Counter(
-            "orderflow_step_attempts", "Step attempts run", ["kind", "outcome"], registry=r
-        )
-        self.step_duration = prom.Histogram(
-            "orderflow_step_duration_seconds",
-            "Step attempt duration (call and result commit)",
-            ["kind"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.calls = prom.Counter(
-            "orderflow_external_calls",
-            "Calls to the external services",
-            ["service", "operation", "outcome"],
-            registry=r,
-        )
-        self.call_duration = prom.Histogram(
-            "orderflow_external_call_duration_seconds",
-            "External call latency",
-            ["service", "operation"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.takeovers = prom.Counter(
-            "orderflow_lease_takeovers",
-            "Steps taken over after a lease ran out",
-            ["kind"],
-            registry=r,
-        )
-        self.stale = prom.Counter(
-            "orderflow_stale_results_rejected",
-            "Results not committed: the attempt no longer owned the step",
-            ["kind"],
-            registry=r,
-        )
-        self.claims = prom.Counter("orderflow_claims", "Claim statements run", registry=r)
-        self.claim_batch = prom.Histogram(
-            "orderflow_claim_batch_size",
-            "Steps leased per claim",
-            buckets=BATCH_BUCKETS,
-            registry=r,
-        )
-        self.commit_batch_size = prom.Histogram(
-            "orderflow_commit_batch_size",
-            "Orders committed per group-commit transaction",
-            buckets=BATCH_BUCKETS,
-            registry=r,
-        )
-        self.published = prom.Counter(
-            "orderflow_outbox_events_published", "Outbox events published", registry=r
-        )
-        self.rejected = prom.Counter(
-            "orderflow_bulkhead_rejected",
-            "Calls refused by a full bulkhead (policy reject)",
-            ["service"],
-            registry=r,
-        )
+        for attribute, counter, histogram, labels, outcome in _TIMED:
+            timed = _CountAndTime(counter, histogram, labels, outcome)
+            setattr(self, attribute, timed)
+            r.register(timed)
+        for attribute, kind, name, documentation, labels, buckets in _METRICS:
+            metric: Any
+            if kind == _COUNTER:
+                metric = prom.Counter(name, documentation, labels, registry=r)
+            else:
+                metric = prom.Histogram(name, documentation, labels, buckets=buckets, registry=r)
+            setattr(self, attribute, _Labelled(metric) if labels else metric)
         r.register(_Gauges(self))
 
     # -- scrape ------------------------------------------------------------------------------
@@ -238,11 +338,11 @@ class Telemetry:
 
     def lease_taken_over(self, claim: Claim) -> None:
         if self.registry is not None:
-            self.takeovers.labels(claim.kind.value).inc()
+            self.takeovers(claim.kind.value).inc()
 
     def stale_result_rejected(self, claim: Claim) -> None:
         if self.registry is not None:
-            self.stale.labels(claim.kind.value).inc()
+            self.stale(claim.kind.value).inc()
 
     def commit_batch(self, size: int) -> None:
         if self.registry is not None:
@@ -252,91 +352,83 @@ class Telemetry:
         if self.registry is not None:
             self.published.inc(count)
 
-    @contextmanager
     def step_attempt(
         self, claim: Claim, worker: str, trace_parent: str | None
-    ) -> Iterator[AttemptObservation]:
-        observed = _Observation()
-        started = time.perf_counter()
+    ) -> AbstractContextManager[AttemptObservation]:
+        """A root span per attempt (linked to the creating request's trace): the step kind in
+        its name, `order_id`, `step_id`, `attempt`, `worker` and at the end `outcome`."""
+        kind = claim.kind.value
+        started = time.time_ns()
         span = None
-        if self.tracer is not None:
-            links = []
+        if self._spans:
+            links: tuple[Any, ...] = ()
             if trace_parent:
                 linked = trace.get_current_span(
                     self._propagator.extract({"traceparent": trace_parent})
                 ).get_span_context()
                 if linked.is_valid:
-                    links.append(trace.Link(linked))
+                    links = (trace.Link(linked),)
             span = self.tracer.start_span(
-                f"step {claim.kind.value}",
-                context=otel_context.Context(),  # a root: the creating request is a link
+                _name(self._step_names, kind, "step ", kind),
+                context=_ROOT,  # a root: the creating request is a link
                 links=links,
-                attributes={
-                    "order_id": str(claim.order_id),
-                    "step_id": str(claim.step_id),
-                    "attempt": claim.attempt,
-                    "worker": worker,
-                    "step.kind": claim.kind.value,
-                },
+                start_time=started,
             )
-        try:
-            if span is None:
-                yield observed
-            else:
-                with trace.use_span(span, end_on_exit=False):
-                    yield observed
-        finally:
-            outcome = observed.outcome or "lost"
-            if span is not None:
-                span.set_attribute("outcome", outcome)
-                span.end()
-            if self.registry is not None:
-                self.attempts.labels(claim.kind.value, outcome).inc()
-                self.step_duration.labels(claim.kind.value).observe(time.perf_counter() - started)
+            if span.is_recording():  # attributes only for a sampled span
+                span.set_attributes(
+                    {
+                        "order_id": str(claim.order_id),
+                        "step_id": str(claim.step_id),
+                        "attempt": claim.attempt,
+                        "worker": worker,
+                    }
+                )
+        if span is None and self.registry is None:
+            return _UNOBSERVED  # nothing to count or trace: nothing allocated
+        return _Observed(span, started, self._attempt_done, kind)
+
+    def _attempt_done(self, observed: _Observed, ended: int) -> None:
+        outcome = observed.outcome or "lost"
+        _end(observed, ended, "outcome", outcome)
+        if self.registry is not None:
+            self.attempts.record(observed.first, "", outcome, _seconds(observed, ended))
 
     # -- adapters' own reports ---------------------------------------------------------------
 
-    @contextmanager
     def external_call(
         self, service: str, operation: str, call: CallContext
-    ) -> Iterator[_Observation]:
-        """Around one physical call: its span (current inside, so `inject` names it), count
+    ) -> AbstractContextManager[AttemptObservation]:
+        """Around one physical call: its client span (current inside, so `inject` names it; a
+        child of the step attempt's span, which carries the step, attempt and worker), count
         and latency. Tell the observation the outcome name."""
-        observed = _Observation()
-        started = time.perf_counter()
+        started = time.time_ns()
         span = None
-        if self.tracer is not None:
-            attributes: dict[str, str | int] = {
-                "order_id": str(call.order_id),
-                "step_id": str(call.step_id),
-                "service": service,
-                "operation": operation,
-            }
-            bound = logfields.current()
-            for name in ("attempt", "worker"):
-                if name in bound:
-                    attributes[name] = bound[name]
+        # Under a span not sampled, the call's would not be either (parent based; a ratio
+        # sampler decides the same for the same trace): skip it, `inject` still sends the
+        # step's (unsampled) trace.
+        if self._spans and trace.get_current_span().is_recording():
             span = self.tracer.start_span(
-                f"{service} {operation}", kind=trace.SpanKind.CLIENT, attributes=attributes
+                _name(self._call_names, (service, operation), service, " ", operation),
+                kind=trace.SpanKind.CLIENT,
+                start_time=started,
             )
-        try:
-            if span is None:
-                yield observed
-            else:
-                with trace.use_span(span, end_on_exit=False):
-                    yield observed
-        finally:
-            outcome = observed.outcome or "error"
-            if span is not None:
-                span.set_attribute("outcome", outcome)
-                span.end()
-            if self.registry is not None:
-                self.calls.labels(service, operation, outcome).inc()
-                self.call_duration.labels(service, operation).observe(time.perf_counter() - started)
+            if span.is_recording():
+                span.set_attribute("order_id", str(call.order_id))
+        if span is None and self.registry is None:
+            return _UNOBSERVED
+        return _Observed(span, started, self._call_done, service, operation)
+
+    def _call_done(self, observed: _Observed, ended: int) -> None:
+        outcome = observed.outcome or "error"
+        _end(observed, ended, "outcome", outcome)
+        if self.registry is not None:
+            seconds = _seconds(observed, ended)
+            self.calls.record(observed.first, observed.second, outcome, seconds)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
-        """Add the W3C `traceparent` of the current span to outgoing headers."""
-        if self.tracer is not None:
+        """Add the W3C `traceparent` (and `tracestate`) of the current span to outgoing headers;
+        nothing when no span is current (the propagator's own checks, done once here)."""
+        if self.tracer is not None and trace.get_current_span().get_span_context().is_valid:
             self._propagator.inject(headers)
 
     def watch_bulkhead(self, service: str, bulkhead: Bulkhead) -> None:
@@ -344,39 +436,32 @@ class Telemetry:
 
     def bulkhead_rejected(self, service: str) -> None:
         if self.registry is not None:
-            self.rejected.labels(service).inc()
+            self.rejected(service).inc()
 
-    @contextmanager
     def api_request(
         self, method: str, route: str, headers: Mapping[str, str]
-    ) -> Iterator[_Observation]:
+    ) -> AbstractContextManager[_Observed]:
         """Around one API request: a server span continuing the caller's trace, whose
         `traceparent` the core may keep (`observe.request_trace_parent`); tell it the status."""
-        observed = _Observation()
-        started = time.perf_counter()
+        started = time.time_ns()
         span = None
-        if self.tracer is not None:
-            parent = self._propagator.extract(headers)
+        if self.tracer is not None:  # even without an SDK: the caller's trace passes through
             span = self.tracer.start_span(
-                f"{method} {route}",
-                context=parent,
+                _name(self._request_names, (method, route), method, " ", route),
+                context=self._propagator.extract(headers),
                 kind=trace.SpanKind.SERVER,
-                attributes={"http.request.method": method, "http.route": route},
+                start_time=started,
             )
-        try:
-            if span is None:
-                yield observed
-            else:
-                with trace.use_span(span, end_on_exit=False):
-                    yield observed
-        finally:
-            status = observed.outcome or "500"
-            if span is not None:
-                span.set_attribute("http.response.status_code", int(status))
-                span.end()
-            if self.registry is not None:
-                self.api_requests.labels(route, method, status).inc()
-                self.api_duration.labels(route, method).observe(time.perf_counter() - started)
+            if span.is_recording():
+                span.set_attributes({"http.request.method": method, "http.route": route})
+        return _Observed(span, started, self._request_done, route, method)
+
+    def _request_done(self, observed: _Observed, ended: int) -> None:
+        status = observed.outcome or "500"
+        _end(observed, ended, "http.response.status_code", int(status))
+        if self.registry is not None:
+            seconds = _seconds(observed, ended)
+            self.requests.record(observed.first, observed.second, status, seconds)
 
     def current_trace_parent(self) -> str | None:
         """The `traceparent` of the current span, if one is recording."""
@@ -385,3 +470,42 @@ class Telemetry:
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier)
         return carrier.get("traceparent")
+
+
+_ROOT: Any = otel_context.Context() if trace is not None else None
+
+
+class _Unobserved:
+    """The observation when metrics and spans are both off: one shared do-nothing instance."""
+
+    def finished(self, outcome: str) -> None:
+        del outcome
+
+    def __enter__(self) -> _Unobserved:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del exc
+
+
+_UNOBSERVED = _Unobserved()
+
+
+def _name(cache: dict[Any, str], key: Any, *parts: str) -> str:
+    """A span name from its parts, joined once per distinct key."""
+    name = cache.get(key)
+    if name is None:
+        name = cache[key] = "".join(parts)
+    return name
+
+
+def _seconds(observed: _Observed, ended: int) -> float:
+    return max(0, ended - observed._started) / 1e9
+
+
+def _end(observed: _Observed, ended: int, attribute: str, value: str | int) -> None:
+    span = observed._span
+    if span is not None:
+        if span.is_recording():
+            span.set_attribute(attribute, value)
+        span.end(end_time=ended)
