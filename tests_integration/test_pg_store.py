@@ -264,6 +264,26 @@ def test_the_feed_horizon_waits_for_the_writers_seen_with_a_seq() -> None:
     assert horizon.observe(15, ["103"]) == 15  # never goes back
 
 
+def test_a_second_step_with_the_same_order_and_seq_is_refused(
+    pg_store: PgOrderStore, run: Run[Any], pg_url: str
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    with psycopg.connect(pg_url) as conn:
+        step = conn.execute(
+            "SELECT seq FROM workflow_steps WHERE order_id = %s ORDER BY seq LIMIT 1",
+            (order.order_id,),
+        ).fetchone()
+        assert step is not None
+        with pytest.raises(psycopg.errors.UniqueViolation):  # in place of the key's own index
+            conn.execute(
+                "INSERT INTO workflow_steps (step_id, order_id, kind, seq, status,"
+                " idempotency_key, created_at, max_attempts)"
+                " VALUES (%s, %s, 'reserve', %s, 'pending', 'another-key', %s, 5)",
+                (uuid.uuid4(), order.order_id, step[0], T0),
+            )
+
+
 def test_a_migrated_database_is_ready(pg_store: PgOrderStore, run: Run[Any]) -> None:
     assert run(pg_store.ping()) is True
     assert run(pg_store.migrations_current()) is True
