@@ -3,11 +3,14 @@
 Outbox seqs are handed out before commit, so a row with a smaller seq than one already visible
 can still commit. The feed is the rows up to one position (`outbox_feed`), and it must only
 grow at its end, so the relay advances the position to a seq `top` only once every
-transaction that was writing when `top` was seen has ended. Each relay pass observes the
-newest visible seq and the transaction ids then running in this database (`feed_horizon`);
-an observation becomes safe on a later pass that no longer sees any of its transactions (or
-at once, when none was running). Transaction ids are not reused within the lifetime of a
-pass, and writers take theirs before they number an event.
+transaction that was writing events when `top` was seen has ended. Each relay pass observes
+the newest visible seq and the transaction ids of this database's writers then running
+(`feed_horizon`: the holders of the writers' shared advisory lock, which `apply_changes` takes
+with its transaction id before it numbers an event); an observation becomes safe on a later
+pass that no longer sees any of its transactions (or at once, when none was running).
+Transaction ids are not reused within the lifetime of a pass. A writer stalled between its
+events and its COMMIT holds the feed back until it ends (commit, rollback, or its session
+closed); the feed is append-only at that price.
 """
 
 from __future__ import annotations

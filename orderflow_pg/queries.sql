@@ -194,9 +194,10 @@ WITH docs AS (
         jsonb_populate_recordset(NULL::order_history, fence.d -> 'history') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
 ), xact AS MATERIALIZED (
-    -- The transaction id is taken before any event is numbered: the relay's feed horizon
-    -- waits for every running transaction that has one (see `feed_horizon`)
-    SELECT pg_current_xact_id() AS id
+    -- Before any event is numbered the transaction takes its id and the writers' shared
+    -- advisory lock: the relay's feed horizon waits for the transactions holding it
+    -- (see `feed_horizon`)
+    SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312) AS tagged
 ), events AS (
     INSERT INTO outbox (event_id, order_id, type, payload, created_at)
     SELECT r.event_id, r.order_id, r.type, r.payload, r.created_at
@@ -326,15 +327,19 @@ ORDER BY seq LIMIT %(limit)s
 
 -- feed_horizon --
 -- The newest committed seq, and the transactions of this database that may still commit a
--- smaller one: every writer of events has a transaction id before it numbers one, and the list
--- is read after this statement's snapshot, so a seq handed out before the snapshot belongs to
--- a visible row or to a transaction listed here (or one already ended)
+-- smaller one: every writer of events holds the writers' advisory lock and a transaction id
+-- before it numbers one, and the list is read after this statement's snapshot, so a seq
+-- handed out before the snapshot belongs to a visible row or to a transaction listed here (or
+-- one already ended). Transactions that only read or lock rows are not waited for.
 SELECT
     (SELECT seq FROM outbox ORDER BY seq DESC LIMIT 1) AS top,
     ARRAY(
-        SELECT backend_xid::text FROM pg_stat_activity
-        WHERE datname = current_database() AND backend_xid IS NOT NULL
-          AND pid <> pg_backend_pid()
+        SELECT a.backend_xid::text
+        FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = 784215312
+          AND l.objsubid = 1 AND l.granted
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND a.backend_xid IS NOT NULL
     ) AS writing
 
 -- unpublished_events --

@@ -231,7 +231,7 @@ def test_a_late_commit_with_a_smaller_seq_is_published_before_anything_after_it(
     assert [e.seq for e in run(pg_store.unpublished_events(10))] == [1]  # nobody writing
     late = new_order()
     with psycopg.connect(pg_url) as writer:  # a writer as `apply_changes`: xid, then a seq
-        writer.execute("SELECT pg_current_xact_id()")
+        writer.execute(TAG_WRITER)
         writer.execute(LATE_EVENT, {"event_id": uuid.uuid4(), "order_id": late.order_id, "at": T0})
         run(pg_store.create(creation(new_order(), key=None)))  # commits a larger seq first
         waiting = run(pg_store.unpublished_events(10))
@@ -247,10 +247,23 @@ def test_a_late_commit_with_a_smaller_seq_is_published_before_anything_after_it(
     assert run(pg_store.unpublished_events(10)) == []
 
 
+TAG_WRITER = "SELECT pg_current_xact_id(), pg_advisory_xact_lock_shared(784215312)"
 LATE_EVENT = """
 INSERT INTO outbox (event_id, order_id, type, payload, created_at)
 VALUES (%(event_id)s, %(order_id)s, 'OrderPoked', '{}', %(at)s)
 """
+
+
+def test_a_transaction_that_only_locks_rows_does_not_hold_the_feed_back(
+    pg_store: PgOrderStore, run: Run[Any], pg_url: str
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    with psycopg.connect(pg_url) as reader:  # e.g. a worker frozen after its locking read
+        reader.execute("SELECT 1 FROM orders WHERE order_id = %s FOR UPDATE", (order.order_id,))
+        reader.execute("SELECT pg_current_xact_id()")
+        run(pg_store.create(creation(new_order(), key=None)))
+        assert [e.seq for e in run(pg_store.unpublished_events(10))] == [1, 2]
 
 
 def test_the_feed_horizon_waits_for_the_writers_seen_with_a_seq() -> None:
