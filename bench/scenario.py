@@ -173,7 +173,7 @@ async def run(
                     node.check_alive()
             pgadmin.wait_no_sessions(setup.server_url, dbname)
             wal_end = walstats.snapshot(setup.server_url, dbname)
-            wal_bytes = walstats.database_wal_bytes(wal_start, wal_end)  # while still kept
+            wal_bytes = walstats.database_wal_split(wal_start, wal_end)  # while still kept
         commits = wal_end["xacts"] - seen.polls
         outcome = await load.outcome_counts(db_url)
     finally:

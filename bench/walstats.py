@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-_RECORD = re.compile(r"^rmgr: \S+\s+len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*(\d+), .*desc: (.*)$")
+_RECORD = re.compile(r"^rmgr: \S+\s+len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*(\d+), .*desc: (.*)$")
 
 
 def _admin(server_url: str) -> psycopg.Connection[Any]:
@@ -103,6 +103,13 @@ def _waldump() -> str | None:
 
 def database_wal_bytes(before: dict[str, Any], after: dict[str, Any]) -> int | None:
     """This database's WAL bytes between two snapshots, or None if the WAL cannot be read."""
+    split = database_wal_split(before, after)
+    return split[0] if split is not None else None
+
+
+def database_wal_split(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int] | None:
+    """This database's WAL bytes between two snapshots and the part of them that is full-page
+    images (the first change of each page after a checkpoint), or None if unreadable."""
     tool = _waldump()
     wal_dir = os.path.join(after["data_dir"] or "", "pg_wal")
     if tool is None or not after["data_dir"] or not os.access(wal_dir, os.R_OK):
@@ -116,31 +123,39 @@ def database_wal_bytes(before: dict[str, Any], after: dict[str, Any]) -> int | N
     )
     oid = after["oid"]
     mine = re.compile(rf"(rel \d+/{oid}/|db {oid}\b)")
-    records: list[tuple[int, int, bool]] = []
+    records: list[tuple[int, int, int, bool]] = []
     xids: set[int] = set()
     for line in done.stdout.splitlines():
         match = _RECORD.match(line)
         if match is None:
             continue
-        size, xid, ours = int(match[1]), int(match[2]), bool(mine.search(match[3]))
-        records.append((size, xid, ours))
+        size, xid, ours = int(match[2]), int(match[3]), bool(mine.search(match[4]))
+        image = size - int(match[1]) if " FPW" in match[4] else 0
+        records.append((size, image, xid, ours))
         if ours and xid:
             xids.add(xid)
     if not records:
         print(f"walstats: pg_waldump read nothing: {done.stderr.strip()[:300]}")
         return None
-    return sum(size for size, xid, ours in records if ours or (xid and xid in xids))
+    kept = [(size, image) for size, image, xid, ours in records if ours or (xid and xid in xids)]
+    return sum(size for size, _ in kept), sum(image for _, image in kept)
 
 
 def per_order(
-    before: dict[str, Any], after: dict[str, Any], orders: int, mine: int | None = None
+    before: dict[str, Any],
+    after: dict[str, Any],
+    orders: int,
+    mine: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """WAL bytes (this database's — `mine` if already read —, and the server's in the same
-    window) and rows written, each per order."""
+    """WAL bytes (this database's — `mine` = (bytes, full-page-image bytes) if already read —,
+    the part of them that is full-page images, and the server's in the same window) and rows
+    written, each per order. The windows start after a CHECKPOINT, so the image share is
+    largest in short runs; compare the bytes without images across runs of different length."""
     if mine is None:
-        mine = database_wal_bytes(before, after)
+        mine = database_wal_split(before, after)
     return {
-        "wal_bytes_per_order": round(mine / orders) if mine is not None else None,
+        "wal_bytes_per_order": round(mine[0] / orders) if mine is not None else None,
+        "wal_fpi_bytes_per_order": round(mine[1] / orders) if mine is not None else None,
         "server_wal_bytes_per_order": round((_lsn(after["lsn"]) - _lsn(before["lsn"])) / orders),
         "rows_written_per_order": round((after["rows"] - before["rows"]) / orders, 1),
     }

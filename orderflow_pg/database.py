@@ -43,8 +43,17 @@ class Database:
         statement_timeout_s: float,
         connect_timeout_s: float,
     ) -> AsyncIterator[Database]:
-        """Open a pool whose connections carry `statement_timeout` and UTC; close it after."""
-        options = f"-c statement_timeout={round(statement_timeout_s * 1000)} -c TimeZone=UTC"
+        """Open a pool whose connections carry `statement_timeout` and UTC; close it after.
+
+        A session idle inside a transaction for twice the statement timeout (its process frozen
+        or cut off mid-transaction) is ended by the server: its row locks go, and so does its
+        hold on the outbox feed's horizon (`orderflow_pg.feed`).
+        """
+        options = (
+            f"-c statement_timeout={round(statement_timeout_s * 1000)}"
+            f" -c idle_in_transaction_session_timeout={round(2 * statement_timeout_s * 1000)}"
+            " -c TimeZone=UTC"
+        )
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url,
             min_size=min_size,

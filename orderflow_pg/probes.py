@@ -1,6 +1,6 @@
 """What /metrics reads from the database when scraped: two small indexed queries.
 
-The oldest unpublished outbox event is the first row of the relay's partial index; orders
+The oldest unpublished outbox event is the first row after the feed position; orders
 waiting for a person are counted through the attention queue's partial index, so both cost
 what is waiting, never the size of the tables.
 """
@@ -15,7 +15,8 @@ from orderflow_core.ports import Clock
 from orderflow_pg.store import PgOrderStore
 
 OLDEST_UNPUBLISHED = """
-SELECT created_at FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1
+SELECT created_at FROM outbox WHERE seq > (SELECT published_through FROM outbox_feed)
+ORDER BY seq LIMIT 1
 """
 WAITING_BY_REASON = """
 SELECT attention_reason, count(*) FROM orders

@@ -193,10 +193,15 @@ WITH docs AS (
     FROM fence,
         jsonb_populate_recordset(NULL::order_history, fence.d -> 'history') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
+), xact AS MATERIALIZED (
+    -- Before any event is numbered the transaction takes its id and the writers' shared
+    -- advisory lock: the relay's feed horizon waits for the transactions holding it
+    -- (see `feed_horizon`)
+    SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312) AS tagged
 ), events AS (
     INSERT INTO outbox (event_id, order_id, type, payload, created_at)
     SELECT r.event_id, r.order_id, r.type, r.payload, r.created_at
-    FROM fence,
+    FROM xact, fence,
         jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
     ON CONFLICT (event_id) DO NOTHING
@@ -315,20 +320,37 @@ WHERE step_id = %(step_id)s
   AND lease_expires_at > %(now)s
 
 -- events --
--- The published feed after a feed number, in publication order (seq is the feed number here)
-SELECT event_id, order_id, type, payload, created_at, feed_seq AS seq
-FROM outbox WHERE feed_seq > %(after)s ORDER BY feed_seq LIMIT %(limit)s
+-- The published feed after a feed number, in feed order (an event's feed number is its seq)
+SELECT event_id, order_id, type, payload, created_at, seq FROM outbox
+WHERE seq > %(after)s AND seq <= (SELECT published_through FROM outbox_feed)
+ORDER BY seq LIMIT %(limit)s
+
+-- feed_horizon --
+-- The newest committed seq, and the transactions of this database that may still commit a
+-- smaller one: every writer of events holds the writers' advisory lock and a transaction id
+-- before it numbers one, and the list is read after this statement's snapshot, so a seq
+-- handed out before the snapshot belongs to a visible row or to a transaction listed here (or
+-- one already ended). Transactions that only read or lock rows are not waited for.
+SELECT
+    (SELECT seq FROM outbox ORDER BY seq DESC LIMIT 1) AS top,
+    ARRAY(
+        SELECT a.backend_xid::text
+        FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = 784215312
+          AND l.objsubid = 1 AND l.granted
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND a.backend_xid IS NOT NULL
+    ) AS writing
 
 -- unpublished_events --
--- What the relay has not yet published, oldest first
-SELECT * FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT %(limit)s
+-- What the relay has not yet published up to a safe horizon, oldest first
+SELECT * FROM outbox
+WHERE seq > (SELECT published_through FROM outbox_feed) AND seq <= %(through)s
+ORDER BY seq LIMIT %(limit)s
 
 -- mark_published --
--- Publish events to the feed; the advisory lock makes feed numbers grow in commit order
-WITH feed_lock AS (SELECT pg_advisory_xact_lock(784215311) AS locked)
-UPDATE outbox SET published_at = %(now)s, feed_seq = nextval('outbox_feed_seq')
-FROM feed_lock
-WHERE seq = ANY(%(seqs)s) AND published_at IS NULL
+-- Publish the feed through a seq: one row written however many events the batch holds
+UPDATE outbox_feed SET published_through = %(through)s WHERE published_through < %(through)s
 
 -- ping --
 -- Whether the database answers at all

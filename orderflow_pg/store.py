@@ -36,6 +36,7 @@ from orderflow_core.ports import OrderCount
 from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
+from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
 from orderflow_pg.reads import lock_aggregates, read_aggregate, read_view
@@ -68,6 +69,7 @@ class PgOrderStore:
         self._create_writer: asyncio.Task[None] | None = None
         # Per order this store wrote last: (version, aggregate) as written, oldest first.
         self._kept: OrderedDict[UUID, tuple[int, OrderAggregate]] = OrderedDict()
+        self._horizon = FeedHorizon()  # how far the relay may publish the outbox
 
     @classmethod
     @asynccontextmanager
@@ -483,20 +485,25 @@ class PgOrderStore:
             return await execute(conn, "renew_lease", params) == 1
 
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
-        """Outbox events with seq > after, oldest first."""
+        """Published outbox events with seq > after, in feed (seq) order."""
         found = await self._fetch_all("events", {"after": after, "limit": limit})
         return [rows.event_from_row(r) for r in found]
 
     async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
-        """Events the outbox relay has not handed on yet, oldest first."""
-        found = await self._fetch_all("unpublished_events", {"limit": limit})
+        """Events the outbox relay has not handed on yet, oldest first, up to the seq no
+        running transaction can undercut any more (`orderflow_pg.feed`)."""
+        seen = await self._fetch_all("feed_horizon", {})
+        through = self._horizon.observe(seen[0]["top"], seen[0]["writing"])
+        if through is None:
+            return []
+        found = await self._fetch_all("unpublished_events", {"limit": limit, "through": through})
         return [rows.event_from_row(r) for r in found]
 
     async def mark_published(self, seqs: list[int], now: datetime) -> None:
-        """Record that the relay handed these events on, so it does not send them again."""
+        """Move the feed position through these events (a prefix of `unpublished_events`)."""
         if seqs:
             async with self._db.connection("mark_published") as conn:
-                await execute(conn, "mark_published", {"seqs": seqs, "now": now})
+                await execute(conn, "mark_published", {"through": max(seqs)})
 
     async def ping(self) -> bool:
         """Readiness: whether the database answers within the deadline."""

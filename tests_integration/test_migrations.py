@@ -43,7 +43,8 @@ EXPECTED_COLUMNS = {
     "refunds": _names(Refund),
     "order_history": _names(HistoryEntry, "id"),
     "audit_log": _names(AuditEntry, "id"),
-    "outbox": _names(OutboxEvent, "published_at", "feed_seq"),
+    "outbox": _names(OutboxEvent),
+    "outbox_feed": {"one", "published_through"},  # the relay's feed position (0015)
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency),
     "users": {

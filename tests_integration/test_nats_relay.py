@@ -105,9 +105,12 @@ def outbox(url: str) -> list[tuple[str, str, str, int]]:
         return [(str(e), str(o), t, s) for e, o, t, s in rows]
 
 
+UNPUBLISHED = "seq > (SELECT published_through FROM outbox_feed)"
+
+
 def settled(url: str, count: int) -> bool:
     shipped = scalar(url, "SELECT count(*) FROM orders WHERE state = 'shipped'")
-    waiting = scalar(url, "SELECT count(*) FROM outbox WHERE published_at IS NULL")
+    waiting = scalar(url, f"SELECT count(*) FROM outbox WHERE {UNPUBLISHED}")
     return shipped == count and waiting == 0
 
 
@@ -160,7 +163,7 @@ def test_a_relay_killed_between_publish_and_mark_republishes_and_the_broker_drop
     first.popen.send_signal(signal.SIGKILL)
     first.popen.wait(timeout=10)
     unmarked = (
-        f"SELECT count(*) FROM outbox WHERE event_id = '{stopped_at}' AND published_at IS NULL"
+        f"SELECT count(*) FROM outbox WHERE event_id = '{stopped_at}' AND {UNPUBLISHED}"
     )
     assert scalar(pg_url, unmarked) == 1, "the killed relay published but never marked it"
     got = asyncio.run(consume_all(shared_nats, names))

@@ -23,6 +23,7 @@ from orderflow_core.model import Change, Claim, OrderAggregate, Refund
 from orderflow_core.states import RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
+from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.queries import query
 from orderflow_pg.writes import apply_documents, change_doc
 
@@ -222,19 +223,77 @@ def test_published_events_leave_the_relay_queue(pg_store: PgOrderStore, run: Run
     assert [e.seq for e in feed] == [1, 2]  # numbered in publication order
 
 
-def test_the_feed_numbers_events_in_publication_order_not_commit_order(
-    pg_store: PgOrderStore, run: Run[Any]
+def test_a_late_commit_with_a_smaller_seq_is_published_before_anything_after_it(
+    pg_store: PgOrderStore, run: Run[Any], pg_url: str
 ) -> None:
-    for _ in range(3):
+    run(pg_store.create(creation(new_order(), key=None)))
+    assert [e.seq for e in run(pg_store.unpublished_events(10))] == [1]  # nobody writing
+    late = new_order()
+    with psycopg.connect(pg_url) as writer:  # a writer as `apply_changes`: xid, then a seq
+        writer.execute(TAG_WRITER)
+        writer.execute(LATE_EVENT, {"event_id": uuid.uuid4(), "order_id": late.order_id, "at": T0})
+        run(pg_store.create(creation(new_order(), key=None)))  # commits a larger seq first
+        waiting = run(pg_store.unpublished_events(10))
+        assert [e.seq for e in waiting] == [1]  # what came before the writer, not past it
+        run(pg_store.mark_published([e.seq for e in waiting], T0))
+        assert run(pg_store.unpublished_events(10)) == []  # the writer still runs
+        writer.commit()
+    published = run(pg_store.unpublished_events(10))
+    assert [e.seq for e in published] == [2, 3]
+    assert published[0].order_id == late.order_id
+    run(pg_store.mark_published([e.seq for e in published], T0))
+    assert [e.seq for e in run(pg_store.events(after=1, limit=10))] == [2, 3]
+    assert run(pg_store.unpublished_events(10)) == []
+
+
+TAG_WRITER = "SELECT pg_current_xact_id(), pg_advisory_xact_lock_shared(784215312)"
+LATE_EVENT = """
+INSERT INTO outbox (event_id, order_id, type, payload, created_at)
+VALUES (%(event_id)s, %(order_id)s, 'OrderPoked', '{}', %(at)s)
+"""
+
+
+def test_a_transaction_that_only_locks_rows_does_not_hold_the_feed_back(
+    pg_store: PgOrderStore, run: Run[Any], pg_url: str
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    with psycopg.connect(pg_url) as reader:  # e.g. a worker frozen after its locking read
+        reader.execute("SELECT 1 FROM orders WHERE order_id = %s FOR UPDATE", (order.order_id,))
+        reader.execute("SELECT pg_current_xact_id()")
         run(pg_store.create(creation(new_order(), key=None)))
-    pending = run(pg_store.unpublished_events(10))
-    run(pg_store.mark_published([pending[2].seq], T0))
-    run(pg_store.mark_published([pending[0].seq, pending[1].seq], T0))
-    feed = run(pg_store.events(after=0, limit=10))
-    assert feed[0].event_id == pending[2].event_id
-    assert [e.seq for e in feed] == [1, 2, 3]
-    later = run(pg_store.events(after=1, limit=10))
-    assert {e.event_id for e in later} == {pending[0].event_id, pending[1].event_id}
+        assert [e.seq for e in run(pg_store.unpublished_events(10))] == [1, 2]
+
+
+def test_the_feed_horizon_waits_for_the_writers_seen_with_a_seq() -> None:
+    horizon = FeedHorizon()
+    assert horizon.observe(None, []) is None  # no event yet
+    assert horizon.observe(5, ["100"]) is None  # 100 may still commit a seq below 5
+    assert horizon.observe(9, ["100", "101"]) is None
+    assert horizon.observe(12, ["101", "102"]) == 5  # 100 ended: 5 is safe, 9 waits for 101
+    assert horizon.observe(12, ["102"]) == 9
+    assert horizon.observe(15, []) == 15  # nobody writing: everything seen is safe
+    assert horizon.observe(15, ["103"]) == 15  # never goes back
+
+
+def test_a_second_step_with_the_same_order_and_seq_is_refused(
+    pg_store: PgOrderStore, run: Run[Any], pg_url: str
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    with psycopg.connect(pg_url) as conn:
+        step = conn.execute(
+            "SELECT seq FROM workflow_steps WHERE order_id = %s ORDER BY seq LIMIT 1",
+            (order.order_id,),
+        ).fetchone()
+        assert step is not None
+        with pytest.raises(psycopg.errors.UniqueViolation):  # in place of the key's own index
+            conn.execute(
+                "INSERT INTO workflow_steps (step_id, order_id, kind, seq, status,"
+                " idempotency_key, created_at, max_attempts)"
+                " VALUES (%s, %s, 'reserve', %s, 'pending', 'another-key', %s, 5)",
+                (uuid.uuid4(), order.order_id, step[0], T0),
+            )
 
 
 def test_a_migrated_database_is_ready(pg_store: PgOrderStore, run: Run[Any]) -> None:
