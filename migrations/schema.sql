@@ -64,9 +64,12 @@ CREATE TABLE outbox (
     order_id uuid NOT NULL,
     type text NOT NULL,
     payload jsonb NOT NULL,
-    created_at timestamp with time zone NOT NULL,
-    published_at timestamp with time zone,
-    feed_seq bigint
+    created_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE outbox_feed (
+    one boolean DEFAULT true NOT NULL,
+    published_through bigint NOT NULL
 );
 
 CREATE TABLE processed_events (
@@ -136,24 +139,21 @@ CREATE TABLE workflow_steps (
 
 ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, scope, key);
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
-ALTER TABLE order_history ADD CONSTRAINT order_history_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
-ALTER TABLE order_history ADD CONSTRAINT order_history_pkey PRIMARY KEY (id);
 ALTER TABLE orders ADD CONSTRAINT orders_attention_stamped CHECK (((attention_reason IS NULL) = (attention_since IS NULL)));
 ALTER TABLE orders ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
 ALTER TABLE orders ADD CONSTRAINT orders_total_minor_check CHECK ((total_minor >= 0));
 ALTER TABLE outbox ADD CONSTRAINT outbox_event_id_key UNIQUE (event_id);
-ALTER TABLE outbox ADD CONSTRAINT outbox_feed_seq_key UNIQUE (feed_seq);
 ALTER TABLE outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY (seq);
+ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_one_check CHECK (one);
+ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_pkey PRIMARY KEY (one);
 ALTER TABLE processed_events ADD CONSTRAINT processed_events_pkey PRIMARY KEY (event_id);
 ALTER TABLE refunds ADD CONSTRAINT refunds_amount_minor_check CHECK ((amount_minor > 0));
 ALTER TABLE refunds ADD CONSTRAINT refunds_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
 ALTER TABLE refunds ADD CONSTRAINT refunds_pkey PRIMARY KEY (refund_id);
 ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 ALTER TABLE step_attempts ADD CONSTRAINT step_attempts_pkey PRIMARY KEY (step_id, attempt);
-ALTER TABLE step_attempts ADD CONSTRAINT step_attempts_step_id_fkey FOREIGN KEY (step_id) REFERENCES workflow_steps(step_id);
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
-ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_idempotency_key_key UNIQUE (idempotency_key);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (step_id);
 
@@ -161,15 +161,13 @@ CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (
 CREATE INDEX audit_log_order_idx ON public.audit_log USING btree (order_id, id);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
 CREATE INDEX order_history_order_idx ON public.order_history USING btree (order_id, id);
-CREATE UNIQUE INDEX order_history_pkey ON public.order_history USING btree (id);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);
 CREATE INDEX orders_newest_idx ON public.orders USING btree (created_at DESC, order_id DESC);
 CREATE UNIQUE INDEX orders_pkey ON public.orders USING btree (order_id);
 CREATE INDEX orders_waiting_idx ON public.orders USING btree (attention_since DESC, order_id DESC) WHERE (attention_reason IS NOT NULL);
 CREATE UNIQUE INDEX outbox_event_id_key ON public.outbox USING btree (event_id);
-CREATE UNIQUE INDEX outbox_feed_seq_key ON public.outbox USING btree (feed_seq);
 CREATE UNIQUE INDEX outbox_pkey ON public.outbox USING btree (seq);
-CREATE INDEX outbox_unpublished_idx ON public.outbox USING btree (seq) WHERE (published_at IS NULL);
+CREATE UNIQUE INDEX outbox_feed_pkey ON public.outbox_feed USING btree (one);
 CREATE UNIQUE INDEX processed_events_pkey ON public.processed_events USING btree (event_id);
 CREATE INDEX refunds_order_idx ON public.refunds USING btree (order_id, created_at);
 CREATE UNIQUE INDEX refunds_pkey ON public.refunds USING btree (refund_id);
@@ -178,15 +176,12 @@ CREATE UNIQUE INDEX step_attempts_pkey ON public.step_attempts USING btree (step
 CREATE UNIQUE INDEX users_pkey ON public.users USING btree (user_id);
 CREATE UNIQUE INDEX users_token_hash_key ON public.users USING btree (token_hash);
 CREATE INDEX workflow_steps_due_idx ON public.workflow_steps USING btree (next_attempt_at) WHERE (status = ANY (ARRAY['pending'::text, 'retry_scheduled'::text]));
-CREATE UNIQUE INDEX workflow_steps_idempotency_key_key ON public.workflow_steps USING btree (idempotency_key);
 CREATE INDEX workflow_steps_lease_idx ON public.workflow_steps USING btree (lease_expires_at) WHERE (status = 'running'::text);
-CREATE INDEX workflow_steps_order_idx ON public.workflow_steps USING btree (order_id, seq);
+CREATE UNIQUE INDEX workflow_steps_order_seq_key ON public.workflow_steps USING btree (order_id, seq);
 CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (step_id);
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START 1 INCREMENT 1;
 
 CREATE SEQUENCE order_history_id_seq AS bigint START 1 INCREMENT 1;
-
-CREATE SEQUENCE outbox_feed_seq AS bigint START 1 INCREMENT 1;
 
 CREATE SEQUENCE outbox_seq_seq AS bigint START 1 INCREMENT 1;
