@@ -12,9 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from orderflow_core.testing.simulation import SimResponse
 from orderflow_mocks.problems import PROBLEM_JSON, Handler, json_object
 from orderflow_mocks.settings import SETTINGS_KEY, SIM_KEY
+from orderflow_mocks.simulation import SimResponse
 
 # (method, path, service, operation) of each simulated call (docs/simulated-services.md).
 SERVICE_ROUTES: tuple[tuple[str, str, str, str], ...] = (

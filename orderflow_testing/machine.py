@@ -38,8 +38,8 @@ from orderflow_core import Item, OrderflowError, Services, StepStatus
 from orderflow_core.model import Claim
 from orderflow_core.ports import OrderStore
 from orderflow_core.testing import InMemoryOrderStore
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 from orderflow_testing.recording import RecordingStore
 from orderflow_testing.rules import check_all_rules
 from orderflow_testing.strategies import (

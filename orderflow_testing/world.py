@@ -25,7 +25,7 @@ from orderflow_core.executor import Checkpoint
 from orderflow_core.ports import OrderStore
 from orderflow_core.relay import OutboxFeed, OutboxRelay
 from orderflow_core.testing import FakeClock, InMemoryUsers
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.simulation import Simulator
 from orderflow_testing.strategies import CUSTOMER, OPERATOR
 
 T = TypeVar("T")

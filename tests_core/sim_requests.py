@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from orderflow_core.testing.simulation import SimResponse, Simulator
+from orderflow_mocks.simulation import SimResponse, Simulator
 
 OPERATIONS = [
     ("warehouse", "reserve"),

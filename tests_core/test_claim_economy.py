@@ -15,8 +15,8 @@ from orderflow_core.model import Claim, Item, Principal
 from orderflow_core.service import OrderService
 from orderflow_core.states import Role
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 
 CUSTOMER = Principal("customer-1", Role.CUSTOMER)
 NO_POLL = 3600.0  # only wake-ups and backlogs may cause a claim in these tests

@@ -27,8 +27,8 @@ from orderflow_core.executor import Checkpoint
 from orderflow_core.ports import OrderStore
 from orderflow_core.relay import OutboxFeed, OutboxRelay
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 
 T = TypeVar("T")
 

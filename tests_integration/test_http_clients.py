@@ -22,10 +22,10 @@ from orderflow_core.outcomes import (
     UnknownOutcome,
 )
 from orderflow_core.ports import CallContext
-from orderflow_core.testing.simulation import Simulator
 from orderflow_http.bulkhead import Bulkhead
 from orderflow_http.clients import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_mocks import running_mocks
+from orderflow_mocks.simulation import Simulator
 
 DEADLINE_S = 0.4  # generous for a loaded CI machine; the hold must exceed it
 HOLD_S = 0.8

@@ -13,7 +13,7 @@ from orderflow_core.classify import classify
 from orderflow_core.model import Item
 from orderflow_core.outcomes import Outcome, UnknownOutcome
 from orderflow_core.ports import CallContext, Services
-from orderflow_core.testing.simulation import SimResponse, Simulator
+from orderflow_mocks.simulation import SimResponse, Simulator
 
 
 def outcome_of(operation: str, response: SimResponse) -> Outcome:

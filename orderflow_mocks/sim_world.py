@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from orderflow_core.testing.sim_wire import SimResponse, problem
+from orderflow_mocks.sim_wire import SimResponse, problem
 
 
 @attrs.frozen

@@ -14,6 +14,13 @@ import attrs
 
 Disposition = Literal["answer", "timeout", "lost_response"]
 
+# The operations of the simulated services, by the names scripts and the ledger use.
+OPERATIONS: Mapping[str, tuple[str, ...]] = {
+    "warehouse": ("reserve", "release"),
+    "payments": ("charge", "status", "refund"),
+    "shipping": ("ship",),
+}
+
 # The scripted outcome kinds (docs/simulated-services.md).
 OUTCOME_KINDS = frozenset(
     {"success", "transient", "permanent", "timeout", "lost_response", "pending"}

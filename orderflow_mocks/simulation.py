@@ -20,8 +20,8 @@ from uuid import uuid4
 
 import attrs
 
-from orderflow_core.testing.sim_scripts import ScriptBook, ScriptedOutcome, check_operation
-from orderflow_core.testing.sim_wire import (
+from orderflow_mocks.sim_scripts import ScriptBook, ScriptedOutcome, check_operation
+from orderflow_mocks.sim_wire import (
     REQUEST_CHECKS,
     InvalidRequestError,
     SimResponse,
@@ -29,7 +29,7 @@ from orderflow_core.testing.sim_wire import (
     fingerprint,
     problem,
 )
-from orderflow_core.testing.sim_world import PERMANENT_ANSWERS, SimWorld
+from orderflow_mocks.sim_world import PERMANENT_ANSWERS, SimWorld
 
 __all__ = ["Journal", "SimResponse", "Simulator"]
 
