@@ -8,19 +8,40 @@ or given back in full by a refund).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from orderflow_core.attempts import call_for, finish_attempt, retry_or_stop, stop, succeed
-from orderflow_core.calls import CallPlan
 from orderflow_core.draft import Draft
 from orderflow_core.model import Attempt, Step
 from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transient
+from orderflow_core.ports import Services
 from orderflow_core.states import OrderState, StepKind, StepStatus
+from orderflow_core.steps.definition import (
+    CallPlan,
+    Operation,
+    StepDefinition,
+    is_text,
+    request_of,
+)
 
 # Attempt outcomes that prove the provider applied no charge.
 # "not_charged": an attempt the provider's status call later proved had charged nothing.
 CHARGED_NOTHING = frozenset({"transient", "refused", "not_sent", "not_charged"})
 OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+@attrs.frozen
+class ChargeRequest:
+    amount_minor: int
+    currency: str
+
+
+@attrs.frozen
+class StatusRequest:
+    charge_key: str
 
 
 def charged_nothing(step: Step) -> bool:
@@ -52,12 +73,8 @@ def start_charge(d: Draft, step: Step) -> CallPlan | None:
     if d.order.state is OrderState.RESERVED:
         d.move(OrderState.PAYING, "charge step started")
     d.set_order(payment_status="in_flight")
-    return CallPlan(
-        StepKind.CHARGE,
-        call_for(d, step),
-        amount_minor=d.order.total_minor,
-        currency=d.order.currency,
-    )
+    request = ChargeRequest(d.order.total_minor, d.order.currency)
+    return CallPlan(StepKind.CHARGE, call_for(d, step), request)
 
 
 def _not_sent(d: Draft, step: Step) -> None:
@@ -136,9 +153,8 @@ def start_reconcile(d: Draft, step: Step) -> CallPlan | None:
         finish_attempt(d, step, "not_sent", "payment no longer unknown")
         succeed(d, d.step(step.step_id), {"skipped": "payment no longer unknown"})
         return None
-    return CallPlan(
-        StepKind.RECONCILE_PAYMENT, call_for(d, step), charge_key=charge.idempotency_key
-    )
+    request = StatusRequest(charge.idempotency_key)
+    return CallPlan(StepKind.RECONCILE_PAYMENT, call_for(d, step), request)
 
 
 def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
@@ -226,3 +242,54 @@ def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
 def on_expiry_result(d: Draft, step: Step, outcome: Outcome) -> None:
     """The expiry timer never calls out, so it never has a result to commit."""
     raise AssertionError("expire_reservation makes no external call")
+
+
+# -- the three money step kinds ----------------------------------------------------------------
+PAYMENT_STATUSES = frozenset({"succeeded", "failed", "pending"})
+
+
+async def _charge(services: Services, plan: CallPlan) -> Outcome:
+    request = request_of(plan, ChargeRequest)
+    return await services.payments.charge(plan.call, request.amount_minor, request.currency)
+
+
+def _charge_well_formed(body: Mapping[str, Any]) -> bool:
+    return body.get("status") == "succeeded" and is_text(body.get("payment_reference"))
+
+
+async def _status(services: Services, plan: CallPlan) -> Outcome:
+    return await services.payments.charge_status(
+        plan.call, request_of(plan, StatusRequest).charge_key
+    )
+
+
+def _status_well_formed(body: Mapping[str, Any]) -> bool:
+    status = body.get("status")
+    if status not in PAYMENT_STATUSES:
+        return False
+    return status != "succeeded" or is_text(body.get("payment_reference"))
+
+
+CHARGE = StepDefinition(
+    kind=StepKind.CHARGE,
+    start=start_charge,
+    on_result=on_charge,
+    perform=_charge,
+    operation=Operation(
+        "charge",
+        "payments",
+        frozenset({(402, "card_declined")}),
+        _charge_well_formed,
+        pending_is_unknown=True,
+    ),
+)
+RECONCILE_PAYMENT = StepDefinition(
+    kind=StepKind.RECONCILE_PAYMENT,
+    start=start_reconcile,
+    on_result=on_reconcile,
+    perform=_status,
+    operation=Operation("status", "payments", frozenset({(404, "not_found")}), _status_well_formed),
+)
+EXPIRE_RESERVATION = StepDefinition(
+    kind=StepKind.EXPIRE_RESERVATION, start=fire_expiry, on_result=on_expiry_result
+)
