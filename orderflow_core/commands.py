@@ -21,6 +21,7 @@ from orderflow_core.model import (
     Refund,
 )
 from orderflow_core.payment import OUTCOME_UNKNOWN
+from orderflow_core.process import NEWEST, process_for
 from orderflow_core.states import (
     DUE_STATUSES,
     OrderState,
@@ -29,7 +30,6 @@ from orderflow_core.states import (
     StepKind,
     StepStatus,
 )
-from orderflow_core.transitions import PROCESS_VERSION
 
 
 def create_order(
@@ -39,6 +39,7 @@ def create_order(
     idem: ApiIdempotency,
     ctx: Context,
     trace_parent: str | None = None,
+    process_version: int = NEWEST,
 ) -> Change:
     """A new order in `created` with its reserve step, history, event and audit;
     `trace_parent` is the creating request's trace context, kept for its steps' spans."""
@@ -48,7 +49,7 @@ def create_order(
         items=tuple(items),
         total_minor=sum(i.total_minor for i in items),
         currency=currency,
-        process_version=PROCESS_VERSION,
+        process_version=process_for(process_version).version,
         state=OrderState.CREATED,
         created_at=ctx.now,
         updated_at=ctx.now,
@@ -114,7 +115,12 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
     order = aggregate.order
     step = aggregate.current_step
     operator = principal.role is Role.OPERATOR
-    if step is None or order.is_terminal:
+    notify = aggregate.latest(StepKind.NOTIFY_CUSTOMER)
+    if order.is_terminal and notify is not None and notify.is_stopped:
+        if not operator:
+            raise NotRetryable("only an operator may retry the notification")
+        step = notify
+    elif step is None or order.is_terminal:
         raise NotRetryable(f"nothing to retry in state {order.state.value!r}")
     if order.state is OrderState.SHIPPING_FAILED:
         if not operator or step.kind is not StepKind.SHIP:

@@ -318,6 +318,9 @@ class OrderAggregate:
         (`failed`: retries exhausted, `blocked`: a permanent technical error).
         """
         order = self.order
+        notify = self.latest(StepKind.NOTIFY_CUSTOMER)
+        if notify is not None and notify.is_stopped:
+            return AttentionReason.NOTIFICATION_FAILED
         if order.is_terminal:
             return None
         if order.state is OrderState.SHIPPING_FAILED:

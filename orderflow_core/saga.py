@@ -13,7 +13,8 @@ from orderflow_core.context import Context
 from orderflow_core.draft import Draft
 from orderflow_core.model import MAINLINE_KINDS, Change, Claim, OrderAggregate
 from orderflow_core.outcomes import Outcome, outcome_name
-from orderflow_core.states import StepStatus
+from orderflow_core.process import process_for
+from orderflow_core.states import StepKind, StepStatus
 from orderflow_core.steps.definition import CallPlan
 from orderflow_core.steps.registry import definition
 
@@ -37,6 +38,7 @@ def decide_start(
     d = Draft(aggregate, ctx)
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
+    _check_kind(aggregate, claim.kind)
     open_attempt(d, d.step(claim.step_id), claim)
     # The attempt row is the record of the intent; the audit log keeps compensations, manual
     # decisions, stops and rejections (rule 5), not every routine step.
@@ -69,9 +71,26 @@ def decide_result(
             d.audit.append(d.rejection(claim, "lease_expired"))
         return d.change(claim=claim), None
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
+    _check_kind(aggregate, claim.kind)
     definition(claim.kind).on_result(d, step, outcome)
+    _then(d, aggregate, claim)
     following = _start_following(d, aggregate, claim) if chain else None
     return d.change(claim=claim), following
+
+
+def _check_kind(aggregate: OrderAggregate, kind: StepKind) -> None:
+    process = process_for(aggregate.order.process_version)
+    if kind not in process.steps:
+        raise ValueError(f"process version {process.version} has no {kind} step")
+
+
+def _then(d: Draft, before: OrderAggregate, claim: Claim) -> None:
+    """The steps the order's process version adds after a success of this kind."""
+    if d.step(claim.step_id).status is not StepStatus.SUCCEEDED:
+        return
+    for kind in process_for(before.order.process_version).then.get(claim.kind, ()):
+        if not d.active(kind):
+            d.new_step(kind)
 
 
 def _start_following(d: Draft, before: OrderAggregate, claim: Claim) -> Next:

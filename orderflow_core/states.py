@@ -46,6 +46,7 @@ class StepKind(enum.StrEnum):
     RELEASE_RESERVATION = "release_reservation"
     EXPIRE_RESERVATION = "expire_reservation"
     REFUND = "refund"
+    NOTIFY_CUSTOMER = "notify_customer"  # process version 2: after the carrier confirmed
 
 
 class StepStatus(enum.StrEnum):
@@ -75,6 +76,7 @@ class AttentionReason(enum.StrEnum):
     RECONCILE_GAVE_UP = "reconcile_gave_up"  # payment in doubt, the status checks stopped
     EXPIRED_WHILE_UNKNOWN = "expired_while_unknown"  # the hold ran out, payment in doubt
     SHIPPING_FAILED = "shipping_failed"  # paid but the carrier refused or never answered
+    NOTIFICATION_FAILED = "notification_failed"  # shipped, but the customer was not notified
 
 
 class RefundStatus(enum.StrEnum):

@@ -24,6 +24,7 @@ SERVICE_ROUTES: tuple[tuple[str, str, str, str], ...] = (
     ("GET", "/payments/v1/charges/{key}", "payments", "status"),
     ("POST", "/payments/v1/refunds", "payments", "refund"),
     ("POST", "/shipping/v1/shipments", "shipping", "ship"),
+    ("POST", "/notifications/v1/messages", "notifications", "notify"),
 )
 
 

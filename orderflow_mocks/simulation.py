@@ -1,4 +1,4 @@
-"""A pure, in-process simulation of the warehouse, payments and shipping services.
+"""A pure, in-process simulation of the warehouse, payments, shipping and notification services.
 
 Why it exists: every failure the saga must survive (refusal, 5xx, timeout, lost response, a
 pending charge, a late reservation) can be rehearsed deterministically — in memory by the core
@@ -264,6 +264,8 @@ class Simulator:
             return world.charge(key, body, pending=pending)
         if operation == "refund":
             return world.refund(key, body)
+        if operation == "notify":
+            return world.notify(key, body)
         return world.ship(key, body)
 
     def _record(

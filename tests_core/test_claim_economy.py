@@ -37,7 +37,8 @@ class Node:
     def __init__(self, max_concurrent: int) -> None:
         self.clock = FakeClock()
         self.store = CountingStore()
-        self.service = OrderService(self.store, self.clock, InMemoryUsers())
+        # Version 1: the claim counts below are those of reserve, charge and ship.
+        self.service = OrderService(self.store, self.clock, InMemoryUsers(), process_version=1)
         timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
         self.executor = Executor(
             store=self.store,

@@ -180,6 +180,7 @@ def test_reset_forgets_state_scripts_stored_answers_and_the_ledger() -> None:
             "shipments": [],
             "refunds": [],
             "tombstones": [],
+            "messages": [],
         },
         "scripts": [],
     }

@@ -12,7 +12,7 @@ from orderflow_core import payment
 from orderflow_core.outcomes import Outcome
 from orderflow_core.ports import Services
 from orderflow_core.states import StepKind
-from orderflow_core.steps import refund, release, reserve, ship
+from orderflow_core.steps import notify, refund, release, reserve, ship
 from orderflow_core.steps.definition import CallPlan, Operation, StepDefinition
 
 STEPS: Mapping[StepKind, StepDefinition] = {
@@ -25,6 +25,7 @@ STEPS: Mapping[StepKind, StepDefinition] = {
         release.DEFINITION,
         payment.EXPIRE_RESERVATION,
         refund.DEFINITION,
+        notify.DEFINITION,
     )
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orderflow_core.process import PROCESSES
 from orderflow_core.states import AttentionReason, OrderState, RefundStatus, StepKind, StepStatus
 
 Schema = dict[str, Any]
@@ -184,7 +185,7 @@ def _summary_properties() -> dict[str, Schema]:
         "customer_id": {"type": "string"},
         "state": {"type": "string", "enum": STATES},
         "state_reason": TEXT_OR_NULL,
-        "process_version": {"type": "integer", "const": 1},
+        "process_version": {"type": "integer", "enum": sorted(PROCESSES)},
         "items": {"type": "array", "items": ref("Item")},
         "total_minor": {"type": "integer", "minimum": 0},
         "currency": {"type": "string"},
