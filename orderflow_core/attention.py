@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from orderflow_core.model import Order, OrderAggregate, OutboxEvent
-from orderflow_core.states import AttentionReason
+from orderflow_core.states import AttentionReason, StepKind
 
 NEEDS_ATTENTION = "order.needs_attention"
 log = logging.getLogger("orderflow.attention")
@@ -55,6 +55,8 @@ def event_payload(after: OrderAggregate, update: AttentionUpdate) -> dict[str, A
     assert update.reason is not None
     assert update.since is not None
     current = after.current_step
+    if update.reason is AttentionReason.NOTIFICATION_FAILED:
+        current = after.latest(StepKind.NOTIFY_CUSTOMER)  # the step that stopped, after shipped
     return {
         "reason": update.reason.value,
         "since": update.since.astimezone(UTC).isoformat().replace("+00:00", "Z"),

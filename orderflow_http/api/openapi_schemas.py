@@ -201,7 +201,8 @@ def _summary_properties() -> dict[str, Schema]:
             "description": "why it waits: the current step failed after its last attempt "
             "(retries_exhausted) or hit a permanent technical error (blocked); the payment is "
             "in doubt and the status checks stopped (reconcile_gave_up) or the reservation "
-            "expired first (expired_while_unknown); paid but not shipped (shipping_failed)",
+            "expired first (expired_while_unknown); paid but not shipped (shipping_failed); "
+            "shipped but the customer's notification stopped (notification_failed, version 2)",
         },
         "attention_since": {**TIME_OR_NULL, "description": "when it started waiting"},
     }
