@@ -106,3 +106,16 @@ def test_the_simulator_imports_with_aiohttp_unavailable() -> None:
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_cores_errors_carry_a_code_and_no_transport_status() -> None:
+    from orderflow_core import errors
+
+    leaves = [
+        e for e in vars(errors).values()
+        if isinstance(e, type) and issubclass(e, errors.OrderflowError)
+    ]
+    assert len(leaves) > 10
+    assert not [e.__name__ for e in leaves if hasattr(e, "status")]
+    codes = [e.code for e in leaves]
+    assert len(codes) == len(set(codes))
