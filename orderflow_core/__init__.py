@@ -42,6 +42,7 @@ from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transie
 from orderflow_core.ports import (
     CallContext,
     Clock,
+    Notifications,
     OrderCount,
     OrderStore,
     Payments,
@@ -50,6 +51,7 @@ from orderflow_core.ports import (
     Users,
     Warehouse,
 )
+from orderflow_core.process import PROCESSES, Process
 from orderflow_core.retry import Block, GiveUp, RetryAt, RetryPolicy
 from orderflow_core.service import OrderService, OrderView, hash_token
 from orderflow_core.states import (
@@ -65,6 +67,7 @@ from orderflow_core.system_clock import SystemClock
 from orderflow_core.transitions import PROCESS_VERSION, TRANSITIONS
 
 __all__ = [
+    "PROCESSES",
     "PROCESS_VERSION",
     "TERMINAL_STATES",
     "TRANSITIONS",
@@ -93,6 +96,7 @@ __all__ = [
     "Item",
     "NotFound",
     "NotRetryable",
+    "Notifications",
     "Order",
     "OrderAggregate",
     "OrderCount",
@@ -105,6 +109,7 @@ __all__ = [
     "Outcome",
     "Payments",
     "Principal",
+    "Process",
     "Refund",
     "RefundStatus",
     "Refused",
