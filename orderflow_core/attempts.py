@@ -19,6 +19,7 @@ from orderflow_core.outcomes import (
 from orderflow_core.ports import CallContext
 from orderflow_core.retry import Block, GiveUp, RetryAt
 from orderflow_core.states import StepStatus
+from orderflow_core.vocabulary import step_audit
 
 
 def detail(outcome: Outcome) -> str:
@@ -70,7 +71,7 @@ def succeed(d: Draft, step: Step, result: dict[str, object] | None = None) -> St
 
 
 def stop(d: Draft, step: Step, status: StepStatus, error: str) -> Step:
-    d.note(f"step.{status.value}", error, step.step_id, kind=step.kind.value)
+    d.note(step_audit(status), error, step.step_id, kind=step.kind.value)
     return d.update_step(
         step.step_id,
         status=status,

@@ -18,8 +18,9 @@ import attrs
 
 from orderflow_core.model import Order, OrderAggregate, OutboxEvent
 from orderflow_core.states import AttentionReason, StepKind
+from orderflow_core.vocabulary import Event
 
-NEEDS_ATTENTION = "order.needs_attention"
+NEEDS_ATTENTION = Event.NEEDS_ATTENTION
 log = logging.getLogger("orderflow.attention")
 
 

@@ -30,6 +30,7 @@ from orderflow_core.states import (
     StepKind,
     StepStatus,
 )
+from orderflow_core.vocabulary import Audit, refund_event, state_event
 
 
 def create_order(
@@ -63,7 +64,7 @@ def create_order(
         )
     )
     d.emit(
-        "order.created",
+        state_event(OrderState.CREATED),
         {
             "from": None,
             "to": "created",
@@ -72,7 +73,7 @@ def create_order(
             "total_minor": order.total_minor,
         },
     )
-    d.note("order.created", "created", idempotency_key=idem.key)
+    d.note(Audit.ORDER_CREATED, "created", idempotency_key=idem.key)
     d.new_step(StepKind.RESERVE)
     return d.change(idempotency=idem)
 
@@ -88,7 +89,7 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     if state is OrderState.CREATED and reserve is not None and reserve.status in DUE_STATUSES:
         d.cancel_waiting(StepKind.RESERVE, "cancelled by customer")
         d.move(OrderState.CANCELLED, "cancelled before the reserve step started")
-        d.note("order.cancel", "cancelled")
+        d.note(Audit.ORDER_CANCEL, "cancelled")
         return d.change(), "cancelled"
     stopped_reserve = state is OrderState.RESERVING and reserve is not None and reserve.is_stopped
     unstarted_charge = (
@@ -104,8 +105,8 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "cancelled by customer")
     d.move(OrderState.CANCELLING, "cancelled by customer")
     d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("order.cancel", "cancelling")
-    d.note("compensation.release_reservation", "requested", reason="cancelled by customer")
+    d.note(Audit.ORDER_CANCEL, "cancelling")
+    d.note(Audit.RELEASE_RESERVATION, "requested", reason="cancelled by customer")
     return d.change(), "cancelling"
 
 
@@ -145,7 +146,11 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
         lease_expires_at=None,
     )
     d.note(
-        "manual.retry", "re-armed", step.step_id, kind=step.kind.value, role=principal.role.value
+        Audit.MANUAL_RETRY,
+        "re-armed",
+        step.step_id,
+        kind=step.kind.value,
+        role=principal.role.value,
     )
     return d.change()
 
@@ -159,10 +164,10 @@ def reconcile(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> 
         )
     d = Draft(aggregate, ctx)
     if d.active(StepKind.RECONCILE_PAYMENT):
-        d.note("manual.reconcile", "already_queued", role=principal.role.value)
+        d.note(Audit.MANUAL_RECONCILE, "already_queued", role=principal.role.value)
         return d.change()
     step = d.new_step(StepKind.RECONCILE_PAYMENT)
-    d.note("manual.reconcile", "queued", step.step_id, role=principal.role.value)
+    d.note(Audit.MANUAL_RECONCILE, "queued", step.step_id, role=principal.role.value)
     return d.change()
 
 
@@ -216,10 +221,11 @@ def request_refund(
         )
     )
     d.emit(
-        "refund.requested", {"refund_id": str(refund_id), "amount_minor": amount, "reason": reason}
+        refund_event(RefundStatus.REQUESTED),
+        {"refund_id": str(refund_id), "amount_minor": amount, "reason": reason},
     )
     d.note(
-        "manual.refund",
+        Audit.MANUAL_REFUND,
         "requested",
         step.step_id,
         refund_id=str(refund_id),

@@ -26,6 +26,7 @@ from orderflow_core.steps.definition import (
     is_text,
     request_of,
 )
+from orderflow_core.vocabulary import Audit
 
 # Attempt outcomes that prove the provider applied no charge.
 # "not_charged": an attempt the provider's status call later proved had charged nothing.
@@ -125,7 +126,7 @@ def _release(d: Draft, reason: str) -> None:
     d.cancel_waiting(StepKind.CHARGE, reason)
     d.move(OrderState.RELEASING, reason)
     d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("compensation.release_reservation", "requested", reason=reason)
+    d.note(Audit.RELEASE_RESERVATION, "requested", reason=reason)
 
 
 def release_after_refund(d: Draft) -> None:
@@ -134,7 +135,7 @@ def release_after_refund(d: Draft) -> None:
     if d.order.reservation_status != "held" or d.active(StepKind.RELEASE_RESERVATION):
         return
     step = d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("compensation.release_reservation", "requested", step.step_id, reason="refunded")
+    d.note(Audit.RELEASE_RESERVATION, "requested", step.step_id, reason="refunded")
 
 
 def _paid(d: Draft, reference: str | None, reason: str) -> None:
@@ -225,7 +226,7 @@ def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
     if state not in (OrderState.RESERVED, OrderState.PAYING, OrderState.PAYMENT_UNKNOWN):
         return None
     d.set_order(reservation_expired=True)
-    d.note("reservation.expired", state.value, step.step_id)
+    d.note(Audit.RESERVATION_EXPIRED, state.value, step.step_id)
     charge = d.latest(StepKind.CHARGE)
     if state is OrderState.PAYMENT_UNKNOWN:
         d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "reservation expired: manual reconciliation")

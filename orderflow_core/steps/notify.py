@@ -25,6 +25,7 @@ from orderflow_core.steps.definition import (
     is_text,
     request_of,
 )
+from orderflow_core.vocabulary import Event
 
 TEMPLATE = "shipped"
 
@@ -53,7 +54,7 @@ def on_result(d: Draft, step: Step, outcome: Outcome) -> None:
     if isinstance(outcome, Succeeded):
         succeed(d, step, outcome.result)
         message = str(outcome.result.get("message_id", ""))
-        d.emit("customer.notified", {"template": TEMPLATE, "message_id": message})
+        d.emit(Event.CUSTOMER_NOTIFIED, {"template": TEMPLATE, "message_id": message})
     elif isinstance(outcome, Refused):
         stop(d, step, StepStatus.FAILED, outcome.code)
     else:

@@ -22,6 +22,7 @@ from orderflow_core.steps.definition import (
     is_text,
     request_of,
 )
+from orderflow_core.vocabulary import Audit, refund_event
 
 
 @attrs.frozen
@@ -98,11 +99,11 @@ def _set_refund(
         )
     )
     d.emit(
-        f"refund.{status.value}",
+        refund_event(status),
         {"refund_id": str(refund.refund_id), "amount_minor": refund.amount_minor},
     )
     d.note(
-        "compensation.refund",
+        Audit.REFUND,
         status.value,
         refund.step_id,
         refund_id=str(refund.refund_id),

@@ -14,6 +14,7 @@ from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded
 from orderflow_core.ports import Services
 from orderflow_core.states import OrderState, StepKind
 from orderflow_core.steps.definition import CallPlan, Operation, StepDefinition, request_of
+from orderflow_core.vocabulary import Audit, Event
 
 
 @attrs.frozen
@@ -43,8 +44,8 @@ def on_result(d: Draft, step: Step, outcome: Outcome) -> None:
     succeed(d, step, outcome.result)
     status = str(outcome.result.get("status", "released"))
     d.set_order(reservation_status=status)
-    d.emit("reservation.released", {"status": status, "step_id": str(step.step_id)})
-    d.note("compensation.release_reservation", status, step.step_id)
+    d.emit(Event.RESERVATION_RELEASED, {"status": status, "step_id": str(step.step_id)})
+    d.note(Audit.RELEASE_RESERVATION, status, step.step_id)
     if d.order.state is OrderState.CANCELLING:
         d.move(OrderState.CANCELLED, "reservation released after cancel")
     elif d.order.state is OrderState.RELEASING:
