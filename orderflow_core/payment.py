@@ -18,7 +18,14 @@ from orderflow_core.draft import Draft
 from orderflow_core.model import Attempt, Step
 from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transient
 from orderflow_core.ports import Services
-from orderflow_core.states import OrderState, StepKind, StepStatus
+from orderflow_core.states import (
+    AttemptOutcome,
+    OrderState,
+    PaymentStatus,
+    ReservationStatus,
+    StepKind,
+    StepStatus,
+)
 from orderflow_core.steps.definition import (
     CallPlan,
     Operation,
@@ -30,7 +37,14 @@ from orderflow_core.vocabulary import Audit
 
 # Attempt outcomes that prove the provider applied no charge.
 # "not_charged": an attempt the provider's status call later proved had charged nothing.
-CHARGED_NOTHING = frozenset({"transient", "refused", "not_sent", "not_charged"})
+CHARGED_NOTHING = frozenset(
+    {
+        AttemptOutcome.TRANSIENT,
+        AttemptOutcome.REFUSED,
+        AttemptOutcome.NOT_SENT,
+        AttemptOutcome.NOT_CHARGED,
+    }
+)
 OUTCOME_UNKNOWN = "outcome_unknown"
 
 
@@ -73,13 +87,13 @@ def start_charge(d: Draft, step: Step) -> CallPlan | None:
         return None
     if d.order.state is OrderState.RESERVED:
         d.move(OrderState.PAYING, "charge step started")
-    d.set_order(payment_status="in_flight")
+    d.set_order(payment_status=PaymentStatus.IN_FLIGHT)
     request = ChargeRequest(d.order.total_minor, d.order.currency)
     return CallPlan(StepKind.CHARGE, call_for(d, step), request)
 
 
 def _not_sent(d: Draft, step: Step) -> None:
-    finish_attempt(d, step, "not_sent", "decided without calling the provider")
+    finish_attempt(d, step, AttemptOutcome.NOT_SENT, "decided without calling the provider")
 
 
 def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
@@ -89,10 +103,10 @@ def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
         _paid(d, str(outcome.result.get("payment_reference", "")) or None, "payment confirmed")
     elif isinstance(outcome, Refused):
         stop(d, step, StepStatus.FAILED, outcome.code)
-        d.set_order(payment_status="failed")
+        d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, outcome.code)
     elif isinstance(outcome, Transient):
-        d.set_order(payment_status="none")
+        d.set_order(payment_status=PaymentStatus.NONE)
         if hold_expired(d):
             stop(d, step, StepStatus.FAILED, outcome.detail or "transient")
             release_after_expiry(d, d.step(step.step_id))
@@ -106,7 +120,7 @@ def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
 def payment_in_doubt(d: Draft, step: Step, reason: str) -> None:
     """The charge may have happened: payment_unknown, and a status check unless time ran out."""
     stop(d, step, StepStatus.FAILED, f"{OUTCOME_UNKNOWN}: {reason}")
-    d.set_order(payment_status="unknown")
+    d.set_order(payment_status=PaymentStatus.UNKNOWN)
     if d.order.state is OrderState.PAYING:
         d.move(OrderState.PAYMENT_UNKNOWN, reason)
     if not hold_expired(d) and not d.active(StepKind.RECONCILE_PAYMENT):
@@ -132,14 +146,15 @@ def _release(d: Draft, reason: str) -> None:
 def release_after_refund(d: Draft) -> None:
     """A full refund ended the order: the money is settled (given back), so the stock held for
     it goes back too — a compensation under the reserve call's key, like every release."""
-    if d.order.reservation_status != "held" or d.active(StepKind.RELEASE_RESERVATION):
+    held = d.order.reservation_status is ReservationStatus.HELD
+    if not held or d.active(StepKind.RELEASE_RESERVATION):
         return
     step = d.new_step(StepKind.RELEASE_RESERVATION)
     d.note(Audit.RELEASE_RESERVATION, "requested", step.step_id, reason="refunded")
 
 
 def _paid(d: Draft, reference: str | None, reason: str) -> None:
-    d.set_order(payment_status="succeeded", payment_reference=reference)
+    d.set_order(payment_status=PaymentStatus.SUCCEEDED, payment_reference=reference)
     d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "payment confirmed")
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "payment confirmed")
     d.move(OrderState.PAID, reason)
@@ -151,7 +166,7 @@ def start_reconcile(d: Draft, step: Step) -> CallPlan | None:
     """Ask the provider what happened under the charge's key (a read, safe to repeat)."""
     charge = d.latest(StepKind.CHARGE)
     if d.order.state is not OrderState.PAYMENT_UNKNOWN or charge is None:
-        finish_attempt(d, step, "not_sent", "payment no longer unknown")
+        finish_attempt(d, step, AttemptOutcome.NOT_SENT, "payment no longer unknown")
         succeed(d, d.step(step.step_id), {"skipped": "payment no longer unknown"})
         return None
     request = StatusRequest(charge.idempotency_key)
@@ -178,7 +193,7 @@ def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
         _paid(d, reference, "reconciliation confirmed the charge")
     elif status == "failed":
         succeed(d, step, outcome.result)
-        d.set_order(payment_status="failed")
+        d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, "payment_failed")
     elif status == "pending":
         retry_or_stop(d, step, Transient("charge pending"))
@@ -191,7 +206,7 @@ def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
         retry_or_stop(d, step, Transient("a charge attempt is still in flight"))
         return
     succeed(d, step, {"status": "not_found"})
-    d.set_order(payment_status="none")
+    d.set_order(payment_status=PaymentStatus.NONE)
     if hold_expired(d):
         _release(d, "reservation_expired")
         return
@@ -214,13 +229,13 @@ def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
 
 
 def _as_not_charged(attempt: Attempt) -> Attempt:
-    return attrs.evolve(attempt, outcome="not_charged")
+    return attrs.evolve(attempt, outcome=AttemptOutcome.NOT_CHARGED)
 
 
 # -- reservation expiry ------------------------------------------------------------------------
 def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
     """The 15-minute hold ran out: release only if no charge can have taken effect."""
-    finish_attempt(d, step, "succeeded", "")
+    finish_attempt(d, step, AttemptOutcome.SUCCEEDED, "")
     succeed(d, d.step(step.step_id), {"state_at_expiry": d.order.state.value})
     state = d.order.state
     if state not in (OrderState.RESERVED, OrderState.PAYING, OrderState.PAYMENT_UNKNOWN):

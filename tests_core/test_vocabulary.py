@@ -32,3 +32,24 @@ def test_every_scenario_writes_only_catalogued_events_and_audit_actions(version:
     assert {"order.needs_attention", "reservation.released", "refund.succeeded"} <= events
     if version == 2:
         assert "customer.notified" in events
+
+
+def test_statuses_read_back_as_their_enums_and_an_unknown_one_is_refused() -> None:
+    import attrs
+
+    from orderflow_core.model import Attempt
+    from orderflow_core.states import AttemptOutcome, PaymentStatus, ReservationStatus
+
+    w = World()
+    try:
+        order = w.load(w.create()).order
+    finally:
+        w.close()
+    stored = attrs.evolve(order, payment_status="unknown", reservation_status="held")
+    assert stored.payment_status is PaymentStatus.UNKNOWN
+    assert stored.reservation_status is ReservationStatus.HELD
+    with pytest.raises(ValueError, match="in_doubt"):
+        attrs.evolve(order, payment_status="in_doubt")
+    attempt = Attempt(1, order.created_at, "w", outcome="not_charged")
+    assert attempt.outcome is AttemptOutcome.NOT_CHARGED
+    assert Attempt(1, order.created_at, "w").outcome is None

@@ -12,7 +12,7 @@ from orderflow_core.draft import Draft
 from orderflow_core.model import Item, Step
 from orderflow_core.outcomes import Outcome, Refused, Succeeded
 from orderflow_core.ports import Services
-from orderflow_core.states import OrderState, StepKind, StepStatus
+from orderflow_core.states import OrderState, ReservationStatus, StepKind, StepStatus
 from orderflow_core.steps.definition import (
     CallPlan,
     Operation,
@@ -47,7 +47,7 @@ def on_result(d: Draft, step: Step, outcome: Outcome) -> None:
         ttl = d.ctx.timing.reservation_ttl_s
         d.set_order(
             reservation_id=str(outcome.result.get("reservation_id", "")) or None,
-            reservation_status="held",
+            reservation_status=ReservationStatus.HELD,
             reserved_at=d.now,
             reservation_expires_at=d.now + seconds(ttl),
         )
