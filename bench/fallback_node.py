@@ -41,7 +41,7 @@ async def _until_signalled() -> None:
 async def _api() -> None:
     url = os.environ["ORDERFLOW_DATABASE_URL"]
     async with PgOrderStore.open(url, min_size=2, max_size=10) as store:
-        service = OrderService(store, SystemClock(), store.users)
+        service = OrderService(store, SystemClock(), store.users, process_version=1)
         runner = web.AppRunner(create_app(service, readiness=store.ping), access_log=None)
         await runner.setup()
         host = _env("ORDERFLOW_HTTP_HOST", "127.0.0.1")

@@ -44,7 +44,7 @@ POLL_S = 0.05
 
 
 async def _create(store: PgOrderStore, orders: int) -> None:
-    service = OrderService(store, SystemClock(), store.users)
+    service = OrderService(store, SystemClock(), store.users, process_version=1)
     gate = asyncio.Semaphore(10)
 
     async def one(i: int) -> None:

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from orderflow_core import RetryPolicy, Timing
+from orderflow_core.process import NEWEST, PROCESSES
 from orderflow_core.relay import worst_redelivery_delay_s
 
 T = TypeVar("T")
@@ -83,6 +84,8 @@ class Settings:
     metrics: bool = True
     tracing: bool = True
     metrics_port: int = 0
+    notifications_url: str | None = None
+    process_version: int = NEWEST
 
     @property
     def external_services(self) -> bool:
@@ -336,7 +339,16 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics=_get(env, "ORDERFLOW_METRICS", _flag, True),
         tracing=_get(env, "ORDERFLOW_TRACING", _flag, True),
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
+        notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
+        process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
     )
+
+
+def _process_version(value: str) -> int:
+    known = ", ".join(str(v) for v in sorted(PROCESSES))
+    if not value.isdigit() or int(value) not in PROCESSES:
+        raise ValueError(f"unknown process version; known versions: {known}")
+    return int(value)
 
 
 def _nats_url(value: str) -> str:

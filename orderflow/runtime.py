@@ -25,7 +25,14 @@ from orderflow_core.outcomes import Outcome, Succeeded
 from orderflow_core.ports import OrderStore, UnitOfWork, Users, WakeUps
 from orderflow_core.relay import AllSinks, EventSink, OutboxFeed, OutboxRelay
 from orderflow_core.token_cache import CachedUsers
-from orderflow_http import Bulkhead, HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http import (
+    Bulkhead,
+    HttpNotifications,
+    HttpPayments,
+    HttpService,
+    HttpShipping,
+    HttpWarehouse,
+)
 from orderflow_http.api import create_app
 from orderflow_http.api.metrics import metrics_app
 from orderflow_http.api.server import ServerLimits, serving
@@ -119,15 +126,21 @@ async def serving_metrics(settings: Settings, telemetry: Telemetry) -> AsyncIter
 async def outbound_services(
     settings: Settings, simulated_url: str | None = None, telemetry: Telemetry | None = None
 ) -> AsyncIterator[Services]:
-    """HTTP clients of the three services, each behind its own bulkhead; a service without a
-    configured URL goes to `simulated_url` (the built-in simulated services)."""
+    """HTTP clients of the four services, each behind its own bulkhead; a service without a
+    configured URL goes to `simulated_url` (the built-in simulated services). With the three
+    core services external and no ORDERFLOW_NOTIFICATIONS_URL, there is no notification client
+    (a version-2 notification step is then blocked and its order waits for an operator)."""
     async with AsyncExitStack() as stack:
-        clients = []
+        clients: list[HttpService | None] = []
         for cls, url in (
             (HttpWarehouse, settings.warehouse_url),
             (HttpPayments, settings.payments_url),
             (HttpShipping, settings.shipping_url),
+            (HttpNotifications, settings.notifications_url),
         ):
+            if cls is HttpNotifications and url is None and settings.external_services:
+                clients.append(None)
+                continue
             bulkhead = Bulkhead(settings.bulkhead_limit, settings.bulkhead_policy)  # type: ignore[arg-type]
             client = cls(
                 settings.service_url(url),
@@ -137,8 +150,8 @@ async def outbound_services(
                 telemetry=telemetry,
             )
             clients.append(await stack.enter_async_context(client))
-        warehouse, payments, shipping = clients
-        yield Services(warehouse, payments, shipping)  # type: ignore[arg-type]
+        warehouse, payments, shipping, notifications = clients
+        yield Services(warehouse, payments, shipping, notifications)  # type: ignore[arg-type]
 
 
 @asynccontextmanager
@@ -173,7 +186,9 @@ async def serving_api(
     """The REST API on ORDERFLOW_HTTP_HOST:PORT; yields its base URL."""
     clock = SystemClock()
     users = CachedUsers(store.users, clock, ttl_s=settings.token_cache_s)
-    service = OrderService(store, clock, users, timing=settings.timing)
+    service = OrderService(
+        store, clock, users, timing=settings.timing, process_version=settings.process_version
+    )
 
     async def ready() -> bool:
         return await store.ping() and await store.migrations_current()

@@ -42,6 +42,7 @@ from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transie
 from orderflow_core.ports import (
     CallContext,
     Clock,
+    Notifications,
     OrderCount,
     OrderReads,
     OrderStore,
@@ -53,6 +54,7 @@ from orderflow_core.ports import (
     WakeUps,
     Warehouse,
 )
+from orderflow_core.process import PROCESSES, Process
 from orderflow_core.retry import Block, GiveUp, RetryAt, RetryPolicy
 from orderflow_core.service import OrderService, OrderView, hash_token
 from orderflow_core.states import (
@@ -68,6 +70,7 @@ from orderflow_core.system_clock import SystemClock
 from orderflow_core.transitions import PROCESS_VERSION, TRANSITIONS
 
 __all__ = [
+    "PROCESSES",
     "PROCESS_VERSION",
     "TERMINAL_STATES",
     "TRANSITIONS",
@@ -96,6 +99,7 @@ __all__ = [
     "Item",
     "NotFound",
     "NotRetryable",
+    "Notifications",
     "Order",
     "OrderAggregate",
     "OrderCount",
@@ -109,6 +113,7 @@ __all__ = [
     "Outcome",
     "Payments",
     "Principal",
+    "Process",
     "Refund",
     "RefundStatus",
     "Refused",

@@ -18,7 +18,8 @@ from orderflow_core.outcomes import (
 )
 from orderflow_core.ports import CallContext
 from orderflow_core.retry import Block, GiveUp, RetryAt
-from orderflow_core.states import StepStatus
+from orderflow_core.states import AttemptOutcome, StepStatus
+from orderflow_core.vocabulary import step_audit
 
 
 def detail(outcome: Outcome) -> str:
@@ -33,7 +34,9 @@ def open_attempt(d: Draft, step: Step, claim: Claim) -> Step:
     """Record the intent of attempt `claim.attempt`; an earlier attempt that never reported
     back (a crash, a lost lease) is closed as abandoned."""
     attempts = tuple(
-        attrs.evolve(a, finished_at=d.now, outcome="abandoned", error="no result recorded")
+        attrs.evolve(
+            a, finished_at=d.now, outcome=AttemptOutcome.ABANDONED, error="no result recorded"
+        )
         if a.outcome is None
         else a
         for a in step.attempts
@@ -42,7 +45,7 @@ def open_attempt(d: Draft, step: Step, claim: Claim) -> Step:
     return d.put_step(attrs.evolve(step, attempts=(*attempts, intent)))
 
 
-def finish_attempt(d: Draft, step: Step, outcome: str, error: str) -> Step:
+def finish_attempt(d: Draft, step: Step, outcome: AttemptOutcome, error: str) -> Step:
     """Close the step's last attempt with its outcome."""
     attempts = tuple(
         attrs.evolve(a, finished_at=d.now, outcome=outcome, error=error or None)
@@ -70,7 +73,7 @@ def succeed(d: Draft, step: Step, result: dict[str, object] | None = None) -> St
 
 
 def stop(d: Draft, step: Step, status: StepStatus, error: str) -> Step:
-    d.note(f"step.{status.value}", error, step.step_id, kind=step.kind.value)
+    d.note(step_audit(status), error, step.step_id, kind=step.kind.value)
     return d.update_step(
         step.step_id,
         status=status,

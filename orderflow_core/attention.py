@@ -17,9 +17,10 @@ from typing import Any
 import attrs
 
 from orderflow_core.model import Order, OrderAggregate, OutboxEvent
-from orderflow_core.states import AttentionReason
+from orderflow_core.states import AttentionReason, StepKind
+from orderflow_core.vocabulary import Event
 
-NEEDS_ATTENTION = "order.needs_attention"
+NEEDS_ATTENTION = Event.NEEDS_ATTENTION
 log = logging.getLogger("orderflow.attention")
 
 
@@ -55,6 +56,8 @@ def event_payload(after: OrderAggregate, update: AttentionUpdate) -> dict[str, A
     assert update.reason is not None
     assert update.since is not None
     current = after.current_step
+    if update.reason is AttentionReason.NOTIFICATION_FAILED:
+        current = after.latest(StepKind.NOTIFY_CUSTOMER)  # the step that stopped, after shipped
     return {
         "reason": update.reason.value,
         "since": update.since.astimezone(UTC).isoformat().replace("+00:00", "Z"),

@@ -19,6 +19,7 @@ from orderflow_core.model import (
     Refund,
 )
 from orderflow_core.payment import OUTCOME_UNKNOWN
+from orderflow_core.process import NEWEST, process_for
 from orderflow_core.states import (
     DUE_STATUSES,
     OrderState,
@@ -27,7 +28,7 @@ from orderflow_core.states import (
     StepKind,
     StepStatus,
 )
-from orderflow_core.transitions import PROCESS_VERSION
+from orderflow_core.vocabulary import Audit, refund_event, state_event
 
 
 def create_order(
@@ -37,6 +38,7 @@ def create_order(
     idem: ApiIdempotency,
     ctx: Context,
     trace_parent: str | None = None,
+    process_version: int = NEWEST,
 ) -> Change:
     """A new order in `created` with its reserve step, history, event and audit;
     `trace_parent` is the creating request's trace context, kept for its steps' spans."""
@@ -46,7 +48,7 @@ def create_order(
         items=tuple(items),
         total_minor=sum(i.total_minor for i in items),
         currency=currency,
-        process_version=PROCESS_VERSION,
+        process_version=process_for(process_version).version,
         state=OrderState.CREATED,
         created_at=ctx.now,
         updated_at=ctx.now,
@@ -60,7 +62,7 @@ def create_order(
         )
     )
     d.emit(
-        "order.created",
+        state_event(OrderState.CREATED),
         {
             "from": None,
             "to": "created",
@@ -69,7 +71,7 @@ def create_order(
             "total_minor": order.total_minor,
         },
     )
-    d.note("order.created", "created", idempotency_key=idem.key)
+    d.note(Audit.ORDER_CREATED, "created", idempotency_key=idem.key)
     d.new_step(StepKind.RESERVE)
     return d.change(idempotency=idem)
 
@@ -85,7 +87,7 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     if state is OrderState.CREATED and reserve is not None and reserve.status in DUE_STATUSES:
         d.cancel_waiting(StepKind.RESERVE, "cancelled by customer")
         d.move(OrderState.CANCELLED, "cancelled before the reserve step started")
-        d.note("order.cancel", "cancelled")
+        d.note(Audit.ORDER_CANCEL, "cancelled")
         return d.change(), "cancelled"
     stopped_reserve = state is OrderState.RESERVING and reserve is not None and reserve.is_stopped
     unstarted_charge = (
@@ -101,8 +103,8 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "cancelled by customer")
     d.move(OrderState.CANCELLING, "cancelled by customer")
     d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("order.cancel", "cancelling")
-    d.note("compensation.release_reservation", "requested", reason="cancelled by customer")
+    d.note(Audit.ORDER_CANCEL, "cancelling")
+    d.note(Audit.RELEASE_RESERVATION, "requested", reason="cancelled by customer")
     return d.change(), "cancelling"
 
 
@@ -112,7 +114,12 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
     order = aggregate.order
     step = aggregate.current_step
     operator = principal.role is Role.OPERATOR
-    if step is None or order.is_terminal:
+    notify = aggregate.latest(StepKind.NOTIFY_CUSTOMER)
+    if order.is_terminal and notify is not None and notify.is_stopped:
+        if not operator:
+            raise NotRetryable("only an operator may retry the notification")
+        step = notify
+    elif step is None or order.is_terminal:
         raise NotRetryable(f"nothing to retry in state {order.state.value!r}")
     if order.state is OrderState.SHIPPING_FAILED:
         if not operator or step.kind is not StepKind.SHIP:
@@ -137,7 +144,11 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
         lease_expires_at=None,
     )
     d.note(
-        "manual.retry", "re-armed", step.step_id, kind=step.kind.value, role=principal.role.value
+        Audit.MANUAL_RETRY,
+        "re-armed",
+        step.step_id,
+        kind=step.kind.value,
+        role=principal.role.value,
     )
     return d.change()
 
@@ -151,10 +162,10 @@ def reconcile(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> 
         )
     d = Draft(aggregate, ctx)
     if d.active(StepKind.RECONCILE_PAYMENT):
-        d.note("manual.reconcile", "already_queued", role=principal.role.value)
+        d.note(Audit.MANUAL_RECONCILE, "already_queued", role=principal.role.value)
         return d.change()
     step = d.new_step(StepKind.RECONCILE_PAYMENT)
-    d.note("manual.reconcile", "queued", step.step_id, role=principal.role.value)
+    d.note(Audit.MANUAL_RECONCILE, "queued", step.step_id, role=principal.role.value)
     return d.change()
 
 
@@ -208,10 +219,11 @@ def request_refund(
         )
     )
     d.emit(
-        "refund.requested", {"refund_id": str(refund_id), "amount_minor": amount, "reason": reason}
+        refund_event(RefundStatus.REQUESTED),
+        {"refund_id": str(refund_id), "amount_minor": amount, "reason": reason},
     )
     d.note(
-        "manual.refund",
+        Audit.MANUAL_REFUND,
         "requested",
         step.step_id,
         refund_id=str(refund_id),

@@ -24,6 +24,7 @@ from orderflow_core.model import (
     Step,
 )
 from orderflow_core.states import DUE_STATUSES, OrderState, StepKind, StepStatus
+from orderflow_core.vocabulary import Audit, Event, state_event, step_audit
 
 # Event ids are uuid5 under this namespace: the same event of the same order has the same id.
 EVENT_NAMESPACE = uuid.UUID("6f1d7a52-3c7e-4b8e-9a41-0e5c2b7d9f10")
@@ -99,7 +100,7 @@ class Draft:
             )
         )
         payload = {"from": current.value, "to": to.value, "reason": reason, "actor": self.ctx.actor}
-        self.emit(f"order.{to.value}", payload)
+        self.emit(state_event(to), payload)
 
     def emit(self, event_type: str, payload: dict[str, Any]) -> None:
         seq = self.order.event_seq + 1
@@ -160,7 +161,7 @@ class Draft:
                     last_error=reason,
                     next_attempt_at=None,
                 )
-                self.note("step.cancelled", kind.value, step.step_id, reason=reason)
+                self.note(step_audit(StepStatus.CANCELLED), kind.value, step.step_id, reason=reason)
 
     def rejection(self, claim: Claim, why: str) -> AuditEntry:
         """The audit entry of a result of `claim` that is not stored, and why."""
@@ -168,7 +169,7 @@ class Draft:
             self.order.order_id,
             self.now,
             claim.owner,
-            "step.result_rejected",
+            Audit.REJECTED,
             why,
             claim.step_id,
             {"attempt": claim.attempt},
@@ -210,7 +211,7 @@ class Draft:
             return
         self.set_order(attention_reason=update.reason, attention_since=update.since)
         if update.announce:
-            self.emit(attention.NEEDS_ATTENTION, attention.event_payload(after, update))
+            self.emit(Event.NEEDS_ATTENTION, attention.event_payload(after, update))
 
 
 def new_order_draft(order: Order, ctx: Context) -> Draft:

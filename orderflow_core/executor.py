@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from orderflow_core import logfields, saga
-from orderflow_core.calls import CallPlan, perform
 from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
@@ -20,6 +19,8 @@ from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
 from orderflow_core.ports import Clock, Services, UnitOfWork
+from orderflow_core.steps.definition import CallPlan
+from orderflow_core.steps.registry import perform
 
 log = logging.getLogger("orderflow.executor")
 

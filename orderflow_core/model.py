@@ -13,9 +13,12 @@ from orderflow_core.states import (
     DUE_STATUSES,
     STOPPED_STATUSES,
     TERMINAL_STATES,
+    AttemptOutcome,
     AttentionReason,
     OrderState,
+    PaymentStatus,
     RefundStatus,
+    ReservationStatus,
     Role,
     StepKind,
     StepStatus,
@@ -64,8 +67,9 @@ class Attempt:
     started_at: datetime
     worker: str
     finished_at: datetime | None = None
-    # succeeded | refused | transient | unknown | broken | abandoned | not_sent | not_charged
-    outcome: str | None = None
+    outcome: AttemptOutcome | None = attrs.field(
+        default=None, converter=attrs.converters.optional(AttemptOutcome)
+    )
     error: str | None = None
 
 
@@ -133,11 +137,15 @@ class Order:
     event_seq: int = 0  # events emitted so far; makes event ids deterministic
     state_reason: str | None = None
     reservation_id: str | None = None
-    reservation_status: str = "none"  # none | held | released | nothing_to_release
+    reservation_status: ReservationStatus = attrs.field(
+        default=ReservationStatus.NONE, converter=ReservationStatus
+    )
     reserved_at: datetime | None = None
     reservation_expires_at: datetime | None = None
     reservation_expired: bool = False
-    payment_status: str = "none"  # none | in_flight | unknown | succeeded | failed
+    payment_status: PaymentStatus = attrs.field(
+        default=PaymentStatus.NONE, converter=PaymentStatus
+    )
     payment_reference: str | None = None
     # Why the order waits for a person (an `AttentionReason` value) and since when; None when
     # it does not. Kept by every decision (`attention.settle`), read by the attention queue.
@@ -318,6 +326,9 @@ class OrderAggregate:
         (`failed`: retries exhausted, `blocked`: a permanent technical error).
         """
         order = self.order
+        notify = self.latest(StepKind.NOTIFY_CUSTOMER)
+        if notify is not None and notify.is_stopped:
+            return AttentionReason.NOTIFICATION_FAILED
         if order.is_terminal:
             return None
         if order.state is OrderState.SHIPPING_FAILED:

@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from orderflow_core.states import AttemptOutcome
+
 
 @attrs.frozen
 class Succeeded:
@@ -49,12 +51,12 @@ class Broken:
 Outcome = Succeeded | Refused | Transient | UnknownOutcome | Broken
 
 
-def outcome_name(outcome: Outcome) -> str:
+def outcome_name(outcome: Outcome) -> AttemptOutcome:
     """The name under which an attempt's outcome is recorded."""
     return {
-        Succeeded: "succeeded",
-        Refused: "refused",
-        Transient: "transient",
-        UnknownOutcome: "unknown",
-        Broken: "broken",
+        Succeeded: AttemptOutcome.SUCCEEDED,
+        Refused: AttemptOutcome.REFUSED,
+        Transient: AttemptOutcome.TRANSIENT,
+        UnknownOutcome: AttemptOutcome.UNKNOWN,
+        Broken: AttemptOutcome.BROKEN,
     }[type(outcome)]

@@ -8,19 +8,55 @@ or given back in full by a refund).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from orderflow_core.attempts import call_for, finish_attempt, retry_or_stop, stop, succeed
-from orderflow_core.calls import CallPlan
 from orderflow_core.draft import Draft
 from orderflow_core.model import Attempt, Step
 from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transient
-from orderflow_core.states import OrderState, StepKind, StepStatus
+from orderflow_core.ports import Services
+from orderflow_core.states import (
+    AttemptOutcome,
+    OrderState,
+    PaymentStatus,
+    ReservationStatus,
+    StepKind,
+    StepStatus,
+)
+from orderflow_core.steps.definition import (
+    CallPlan,
+    Operation,
+    StepDefinition,
+    is_text,
+    request_of,
+)
+from orderflow_core.vocabulary import Audit
 
 # Attempt outcomes that prove the provider applied no charge.
 # "not_charged": an attempt the provider's status call later proved had charged nothing.
-CHARGED_NOTHING = frozenset({"transient", "refused", "not_sent", "not_charged"})
+CHARGED_NOTHING = frozenset(
+    {
+        AttemptOutcome.TRANSIENT,
+        AttemptOutcome.REFUSED,
+        AttemptOutcome.NOT_SENT,
+        AttemptOutcome.NOT_CHARGED,
+    }
+)
 OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+@attrs.frozen
+class ChargeRequest:
+    amount_minor: int
+    currency: str
+
+
+@attrs.frozen
+class StatusRequest:
+    charge_key: str
 
 
 def charged_nothing(step: Step) -> bool:
@@ -51,17 +87,13 @@ def start_charge(d: Draft, step: Step) -> CallPlan | None:
         return None
     if d.order.state is OrderState.RESERVED:
         d.move(OrderState.PAYING, "charge step started")
-    d.set_order(payment_status="in_flight")
-    return CallPlan(
-        StepKind.CHARGE,
-        call_for(d, step),
-        amount_minor=d.order.total_minor,
-        currency=d.order.currency,
-    )
+    d.set_order(payment_status=PaymentStatus.IN_FLIGHT)
+    request = ChargeRequest(d.order.total_minor, d.order.currency)
+    return CallPlan(StepKind.CHARGE, call_for(d, step), request)
 
 
 def _not_sent(d: Draft, step: Step) -> None:
-    finish_attempt(d, step, "not_sent", "decided without calling the provider")
+    finish_attempt(d, step, AttemptOutcome.NOT_SENT, "decided without calling the provider")
 
 
 def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
@@ -71,10 +103,10 @@ def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
         _paid(d, str(outcome.result.get("payment_reference", "")) or None, "payment confirmed")
     elif isinstance(outcome, Refused):
         stop(d, step, StepStatus.FAILED, outcome.code)
-        d.set_order(payment_status="failed")
+        d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, outcome.code)
     elif isinstance(outcome, Transient):
-        d.set_order(payment_status="none")
+        d.set_order(payment_status=PaymentStatus.NONE)
         if hold_expired(d):
             stop(d, step, StepStatus.FAILED, outcome.detail or "transient")
             release_after_expiry(d, d.step(step.step_id))
@@ -88,7 +120,7 @@ def on_charge(d: Draft, step: Step, outcome: Outcome) -> None:
 def payment_in_doubt(d: Draft, step: Step, reason: str) -> None:
     """The charge may have happened: payment_unknown, and a status check unless time ran out."""
     stop(d, step, StepStatus.FAILED, f"{OUTCOME_UNKNOWN}: {reason}")
-    d.set_order(payment_status="unknown")
+    d.set_order(payment_status=PaymentStatus.UNKNOWN)
     if d.order.state is OrderState.PAYING:
         d.move(OrderState.PAYMENT_UNKNOWN, reason)
     if not hold_expired(d) and not d.active(StepKind.RECONCILE_PAYMENT):
@@ -108,20 +140,21 @@ def _release(d: Draft, reason: str) -> None:
     d.cancel_waiting(StepKind.CHARGE, reason)
     d.move(OrderState.RELEASING, reason)
     d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("compensation.release_reservation", "requested", reason=reason)
+    d.note(Audit.RELEASE_RESERVATION, "requested", reason=reason)
 
 
 def release_after_refund(d: Draft) -> None:
     """A full refund ended the order: the money is settled (given back), so the stock held for
     it goes back too — a compensation under the reserve call's key, like every release."""
-    if d.order.reservation_status != "held" or d.active(StepKind.RELEASE_RESERVATION):
+    held = d.order.reservation_status is ReservationStatus.HELD
+    if not held or d.active(StepKind.RELEASE_RESERVATION):
         return
     step = d.new_step(StepKind.RELEASE_RESERVATION)
-    d.note("compensation.release_reservation", "requested", step.step_id, reason="refunded")
+    d.note(Audit.RELEASE_RESERVATION, "requested", step.step_id, reason="refunded")
 
 
 def _paid(d: Draft, reference: str | None, reason: str) -> None:
-    d.set_order(payment_status="succeeded", payment_reference=reference)
+    d.set_order(payment_status=PaymentStatus.SUCCEEDED, payment_reference=reference)
     d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "payment confirmed")
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "payment confirmed")
     d.move(OrderState.PAID, reason)
@@ -133,12 +166,11 @@ def start_reconcile(d: Draft, step: Step) -> CallPlan | None:
     """Ask the provider what happened under the charge's key (a read, safe to repeat)."""
     charge = d.latest(StepKind.CHARGE)
     if d.order.state is not OrderState.PAYMENT_UNKNOWN or charge is None:
-        finish_attempt(d, step, "not_sent", "payment no longer unknown")
+        finish_attempt(d, step, AttemptOutcome.NOT_SENT, "payment no longer unknown")
         succeed(d, d.step(step.step_id), {"skipped": "payment no longer unknown"})
         return None
-    return CallPlan(
-        StepKind.RECONCILE_PAYMENT, call_for(d, step), charge_key=charge.idempotency_key
-    )
+    request = StatusRequest(charge.idempotency_key)
+    return CallPlan(StepKind.RECONCILE_PAYMENT, call_for(d, step), request)
 
 
 def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
@@ -161,7 +193,7 @@ def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
         _paid(d, reference, "reconciliation confirmed the charge")
     elif status == "failed":
         succeed(d, step, outcome.result)
-        d.set_order(payment_status="failed")
+        d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, "payment_failed")
     elif status == "pending":
         retry_or_stop(d, step, Transient("charge pending"))
@@ -174,7 +206,7 @@ def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
         retry_or_stop(d, step, Transient("a charge attempt is still in flight"))
         return
     succeed(d, step, {"status": "not_found"})
-    d.set_order(payment_status="none")
+    d.set_order(payment_status=PaymentStatus.NONE)
     if hold_expired(d):
         _release(d, "reservation_expired")
         return
@@ -197,19 +229,19 @@ def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
 
 
 def _as_not_charged(attempt: Attempt) -> Attempt:
-    return attrs.evolve(attempt, outcome="not_charged")
+    return attrs.evolve(attempt, outcome=AttemptOutcome.NOT_CHARGED)
 
 
 # -- reservation expiry ------------------------------------------------------------------------
 def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
     """The 15-minute hold ran out: release only if no charge can have taken effect."""
-    finish_attempt(d, step, "succeeded", "")
+    finish_attempt(d, step, AttemptOutcome.SUCCEEDED, "")
     succeed(d, d.step(step.step_id), {"state_at_expiry": d.order.state.value})
     state = d.order.state
     if state not in (OrderState.RESERVED, OrderState.PAYING, OrderState.PAYMENT_UNKNOWN):
         return None
     d.set_order(reservation_expired=True)
-    d.note("reservation.expired", state.value, step.step_id)
+    d.note(Audit.RESERVATION_EXPIRED, state.value, step.step_id)
     charge = d.latest(StepKind.CHARGE)
     if state is OrderState.PAYMENT_UNKNOWN:
         d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "reservation expired: manual reconciliation")
@@ -226,3 +258,54 @@ def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
 def on_expiry_result(d: Draft, step: Step, outcome: Outcome) -> None:
     """The expiry timer never calls out, so it never has a result to commit."""
     raise AssertionError("expire_reservation makes no external call")
+
+
+# -- the three money step kinds ----------------------------------------------------------------
+PAYMENT_STATUSES = frozenset({"succeeded", "failed", "pending"})
+
+
+async def _charge(services: Services, plan: CallPlan) -> Outcome:
+    request = request_of(plan, ChargeRequest)
+    return await services.payments.charge(plan.call, request.amount_minor, request.currency)
+
+
+def _charge_well_formed(body: Mapping[str, Any]) -> bool:
+    return body.get("status") == "succeeded" and is_text(body.get("payment_reference"))
+
+
+async def _status(services: Services, plan: CallPlan) -> Outcome:
+    return await services.payments.charge_status(
+        plan.call, request_of(plan, StatusRequest).charge_key
+    )
+
+
+def _status_well_formed(body: Mapping[str, Any]) -> bool:
+    status = body.get("status")
+    if status not in PAYMENT_STATUSES:
+        return False
+    return status != "succeeded" or is_text(body.get("payment_reference"))
+
+
+CHARGE = StepDefinition(
+    kind=StepKind.CHARGE,
+    start=start_charge,
+    on_result=on_charge,
+    perform=_charge,
+    operation=Operation(
+        "charge",
+        "payments",
+        frozenset({(402, "card_declined")}),
+        _charge_well_formed,
+        pending_is_unknown=True,
+    ),
+)
+RECONCILE_PAYMENT = StepDefinition(
+    kind=StepKind.RECONCILE_PAYMENT,
+    start=start_reconcile,
+    on_result=on_reconcile,
+    perform=_status,
+    operation=Operation("status", "payments", frozenset({(404, "not_found")}), _status_well_formed),
+)
+EXPIRE_RESERVATION = StepDefinition(
+    kind=StepKind.EXPIRE_RESERVATION, start=fire_expiry, on_result=on_expiry_result
+)

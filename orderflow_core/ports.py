@@ -94,13 +94,23 @@ class Shipping(Protocol):
         ...
 
 
+class Notifications(Protocol):
+    """Sends the customer a message (process version 2, after the carrier confirmed)."""
+
+    async def notify(self, call: CallContext, template: str) -> Outcome:
+        """Succeeded({message_id}) or Refused("recipient_unreachable")."""
+        ...
+
+
 @attrs.frozen
 class Services:
-    """The three outbound ports the saga calls."""
+    """The outbound ports the saga calls; without `notifications`, a notification step is
+    blocked (a permanent technical error) and its order waits on the attention list."""
 
     warehouse: Warehouse
     payments: Payments
     shipping: Shipping
+    notifications: Notifications | None = None
 
 
 class UnitOfWork(Protocol):

@@ -1,4 +1,5 @@
-"""The saga: for each step kind, what starting it does and how each outcome moves the order.
+"""The saga: start a step and commit its result, as the step kind's definition says
+(orderflow_core/steps/).
 
 Two pure entry points, both run by the store while the order is locked:
 `decide_start` (the intent, committed before any external call) and `decide_result`
@@ -7,36 +8,15 @@ Two pure entry points, both run by the store while the order is locked:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from uuid import UUID
-
-import attrs
-
-from orderflow_core import payment
-from orderflow_core.attempts import (
-    call_for,
-    detail,
-    finish_attempt,
-    open_attempt,
-    retry_or_stop,
-    seconds,
-    stop,
-    succeed,
-)
-from orderflow_core.calls import CallPlan
+from orderflow_core.attempts import detail, finish_attempt, open_attempt, seconds
 from orderflow_core.context import Context
 from orderflow_core.draft import Draft
-from orderflow_core.model import MAINLINE_KINDS, Change, Claim, OrderAggregate, Step
-from orderflow_core.outcomes import (
-    Broken,
-    Outcome,
-    Refused,
-    Succeeded,
-    Transient,
-    UnknownOutcome,
-    outcome_name,
-)
-from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
+from orderflow_core.model import MAINLINE_KINDS, Change, Claim, OrderAggregate
+from orderflow_core.outcomes import Outcome, outcome_name
+from orderflow_core.process import process_for
+from orderflow_core.states import StepKind, StepStatus
+from orderflow_core.steps.definition import CallPlan
+from orderflow_core.steps.registry import definition
 
 
 def guard_holds(aggregate: OrderAggregate, claim: Claim, ctx: Context) -> bool:
@@ -58,10 +38,11 @@ def decide_start(
     d = Draft(aggregate, ctx)
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
+    _check_kind(aggregate, claim.kind)
     open_attempt(d, d.step(claim.step_id), claim)
     # The attempt row is the record of the intent; the audit log keeps compensations, manual
     # decisions, stops and rejections (rule 5), not every routine step.
-    plan = STARTERS[claim.kind](d, d.step(claim.step_id))
+    plan = definition(claim.kind).start(d, d.step(claim.step_id))
     return d.change(claim=claim), plan
 
 
@@ -90,9 +71,26 @@ def decide_result(
             d.audit.append(d.rejection(claim, "lease_expired"))
         return d.change(claim=claim), None
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
-    HANDLERS[claim.kind](d, step, outcome)
+    _check_kind(aggregate, claim.kind)
+    definition(claim.kind).on_result(d, step, outcome)
+    _then(d, aggregate, claim)
     following = _start_following(d, aggregate, claim) if chain else None
     return d.change(claim=claim), following
+
+
+def _check_kind(aggregate: OrderAggregate, kind: StepKind) -> None:
+    process = process_for(aggregate.order.process_version)
+    if kind not in process.steps:
+        raise ValueError(f"process version {process.version} has no {kind} step")
+
+
+def _then(d: Draft, before: OrderAggregate, claim: Claim) -> None:
+    """The steps the order's process version adds after a success of this kind."""
+    if d.step(claim.step_id).status is not StepStatus.SUCCEEDED:
+        return
+    for kind in process_for(before.order.process_version).then.get(claim.kind, ()):
+        if not d.active(kind):
+            d.new_step(kind)
 
 
 def _start_following(d: Draft, before: OrderAggregate, claim: Claim) -> Next:
@@ -117,170 +115,5 @@ def _start_following(d: Draft, before: OrderAggregate, claim: Claim) -> Next:
         lease_expires_at=lease,
     )
     open_attempt(d, running, following)
-    plan = STARTERS[step.kind](d, d.step(step.step_id))
+    plan = definition(step.kind).start(d, d.step(step.step_id))
     return (following, plan) if plan is not None else None
-
-
-# -- reserve -----------------------------------------------------------------------------------
-def _start_reserve(d: Draft, step: Step) -> CallPlan | None:
-    if d.order.state is OrderState.CREATED:
-        d.move(OrderState.RESERVING, "reserve step started")
-    return CallPlan(StepKind.RESERVE, call_for(d, step), items=d.order.items)
-
-
-def _on_reserve(d: Draft, step: Step, outcome: Outcome) -> None:
-    if isinstance(outcome, Succeeded):
-        succeed(d, step, outcome.result)
-        ttl = d.ctx.timing.reservation_ttl_s
-        d.set_order(
-            reservation_id=str(outcome.result.get("reservation_id", "")) or None,
-            reservation_status="held",
-            reserved_at=d.now,
-            reservation_expires_at=d.now + seconds(ttl),
-        )
-        d.move(OrderState.RESERVED, "warehouse confirmed")
-        d.new_step(StepKind.CHARGE)
-        d.new_step(StepKind.EXPIRE_RESERVATION, delay_s=ttl)
-    elif isinstance(outcome, Refused):
-        stop(d, step, StepStatus.FAILED, outcome.code)
-        d.move(OrderState.RESERVATION_FAILED, outcome.code)
-    else:
-        retry_or_stop(d, step, outcome)
-
-
-# -- ship --------------------------------------------------------------------------------------
-def _start_ship(d: Draft, step: Step) -> CallPlan | None:
-    if d.order.state is OrderState.PAID:
-        d.move(OrderState.SHIPPING, "ship step started")
-    return CallPlan(StepKind.SHIP, call_for(d, step), items=d.order.items)
-
-
-def _on_ship(d: Draft, step: Step, outcome: Outcome) -> None:
-    if isinstance(outcome, Succeeded):
-        succeed(d, step, outcome.result)
-        d.move(OrderState.SHIPPED, "carrier confirmed")
-    elif isinstance(outcome, Refused):
-        stop(d, step, StepStatus.FAILED, outcome.code)
-        d.move(OrderState.SHIPPING_FAILED, outcome.code)
-    elif retry_or_stop(d, step, outcome) is StepStatus.FAILED:
-        d.move(OrderState.SHIPPING_FAILED, "shipping retries exhausted")
-
-
-# -- release (compensation) --------------------------------------------------------------------
-def _start_release(d: Draft, step: Step) -> CallPlan | None:
-    reserve = d.latest(StepKind.RESERVE)
-    key = reserve.idempotency_key if reserve else ""
-    return CallPlan(StepKind.RELEASE_RESERVATION, call_for(d, step), reservation_key=key)
-
-
-def _on_release(d: Draft, step: Step, outcome: Outcome) -> None:
-    if not isinstance(outcome, Succeeded):
-        retry_or_stop(d, step, Broken(outcome.code) if isinstance(outcome, Refused) else outcome)
-        return
-    succeed(d, step, outcome.result)
-    status = str(outcome.result.get("status", "released"))
-    d.set_order(reservation_status=status)
-    d.emit("reservation.released", {"status": status, "step_id": str(step.step_id)})
-    d.note("compensation.release_reservation", status, step.step_id)
-    if d.order.state is OrderState.CANCELLING:
-        d.move(OrderState.CANCELLED, "reservation released after cancel")
-    elif d.order.state is OrderState.RELEASING:
-        d.move(OrderState.PAYMENT_FAILED, d.order.state_reason or "reservation released")
-
-
-# -- refund (its own operation) ----------------------------------------------------------------
-def _start_refund(d: Draft, step: Step) -> CallPlan | None:
-    assert step.refund_id is not None
-    refund = d.put_refund(
-        attrs.evolve(d.refund(step.refund_id), status=RefundStatus.PROCESSING, updated_at=d.now)
-    )
-    return CallPlan(
-        StepKind.REFUND,
-        call_for(d, step),
-        amount_minor=refund.amount_minor,
-        payment_reference=d.order.payment_reference or "",
-    )
-
-
-def _on_refund(d: Draft, step: Step, outcome: Outcome) -> None:
-    assert step.refund_id is not None
-    refund = d.refund(step.refund_id)
-    if isinstance(outcome, Succeeded):
-        succeed(d, step, outcome.result)
-        ref = str(outcome.result.get("refund_reference", "")) or None
-        _set_refund(d, refund.refund_id, RefundStatus.SUCCEEDED, refund_reference=ref)
-        refunded = sum(r.amount_minor for r in d.refunds if r.status is RefundStatus.SUCCEEDED)
-        if d.order.state is OrderState.SHIPPING_FAILED and refunded >= d.order.total_minor:
-            d.move(OrderState.REFUNDED, "full refund succeeded")
-            payment.release_after_refund(d)
-        return
-    if isinstance(outcome, Refused):
-        stop(d, step, StepStatus.FAILED, outcome.code)
-        _set_refund(d, refund.refund_id, RefundStatus.FAILED, last_error=outcome.code)
-        return
-    # A refund repeated under its key is de-duplicated by the provider: unknown is retried.
-    retryable = Transient(outcome.detail) if isinstance(outcome, UnknownOutcome) else outcome
-    status = retry_or_stop(d, step, retryable)
-    if status is StepStatus.FAILED:
-        _set_refund(
-            d, refund.refund_id, RefundStatus.FAILED, last_error=d.step(step.step_id).last_error
-        )
-    elif status is StepStatus.BLOCKED:
-        _set_refund(
-            d, refund.refund_id, RefundStatus.BLOCKED, last_error=d.step(step.step_id).last_error
-        )
-
-
-def _set_refund(
-    d: Draft,
-    refund_id: UUID,
-    status: RefundStatus,
-    *,
-    refund_reference: str | None = None,
-    last_error: str | None = None,
-) -> None:
-    refund = d.refund(refund_id)
-    refund = d.put_refund(
-        attrs.evolve(
-            refund,
-            status=status,
-            updated_at=d.now,
-            refund_reference=refund_reference or refund.refund_reference,
-            last_error=last_error,
-        )
-    )
-    d.emit(
-        f"refund.{status.value}",
-        {"refund_id": str(refund.refund_id), "amount_minor": refund.amount_minor},
-    )
-    d.note(
-        "compensation.refund",
-        status.value,
-        refund.step_id,
-        refund_id=str(refund.refund_id),
-        amount_minor=refund.amount_minor,
-    )
-
-
-Starter = Callable[[Draft, Step], CallPlan | None]
-Handler = Callable[[Draft, Step, Outcome], None]
-
-STARTERS: dict[StepKind, Starter] = {
-    StepKind.RESERVE: _start_reserve,
-    StepKind.CHARGE: payment.start_charge,
-    StepKind.RECONCILE_PAYMENT: payment.start_reconcile,
-    StepKind.SHIP: _start_ship,
-    StepKind.RELEASE_RESERVATION: _start_release,
-    StepKind.EXPIRE_RESERVATION: payment.fire_expiry,
-    StepKind.REFUND: _start_refund,
-}
-
-HANDLERS: dict[StepKind, Handler] = {
-    StepKind.RESERVE: _on_reserve,
-    StepKind.CHARGE: payment.on_charge,
-    StepKind.RECONCILE_PAYMENT: payment.on_reconcile,
-    StepKind.SHIP: _on_ship,
-    StepKind.RELEASE_RESERVATION: _on_release,
-    StepKind.EXPIRE_RESERVATION: payment.on_expiry_result,
-    StepKind.REFUND: _on_refund,
-}

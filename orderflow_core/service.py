@@ -35,6 +35,7 @@ from orderflow_core.model import (
     Refund,
 )
 from orderflow_core.ports import Clock, OrderCount, OrderStore, Users
+from orderflow_core.process import NEWEST, process_for
 from orderflow_core.states import OrderState, Role
 from orderflow_core.validation import (
     check_idempotency_key,
@@ -84,7 +85,9 @@ class OrderService:
         *,
         timing: Timing | None = None,
         new_id: Callable[[], UUID] = uuid.uuid4,
+        process_version: int = NEWEST,
     ) -> None:
+        self._process_version = process_for(process_version).version
         self._store = store
         self._clock = clock
         self._users = users
@@ -142,7 +145,9 @@ class OrderService:
             principal.user_id, "create_order", key, digest, self._new_id(), ctx.now
         )
         trace_parent = observe.request_trace_parent.get()
-        change = commands.create_order(principal, items, currency, idem, ctx, trace_parent)
+        change = commands.create_order(
+            principal, items, currency, idem, ctx, trace_parent, self._process_version
+        )
         try:
             # Insert first: the store's unique key decides, and the common case costs one trip.
             await self._store.create(change)

@@ -46,6 +46,7 @@ class StepKind(enum.StrEnum):
     RELEASE_RESERVATION = "release_reservation"
     EXPIRE_RESERVATION = "expire_reservation"
     REFUND = "refund"
+    NOTIFY_CUSTOMER = "notify_customer"  # process version 2: after the carrier confirmed
 
 
 class StepStatus(enum.StrEnum):
@@ -75,6 +76,39 @@ class AttentionReason(enum.StrEnum):
     RECONCILE_GAVE_UP = "reconcile_gave_up"  # payment in doubt, the status checks stopped
     EXPIRED_WHILE_UNKNOWN = "expired_while_unknown"  # the hold ran out, payment in doubt
     SHIPPING_FAILED = "shipping_failed"  # paid but the carrier refused or never answered
+    NOTIFICATION_FAILED = "notification_failed"  # shipped, but the customer was not notified
+
+
+class PaymentStatus(enum.StrEnum):
+    """What the order knows of its money."""
+
+    NONE = "none"  # no charge sent, or one the provider proved charged nothing
+    IN_FLIGHT = "in_flight"  # a charge is being sent
+    UNKNOWN = "unknown"  # a charge may have happened: only reconciliation settles it
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class ReservationStatus(enum.StrEnum):
+    """What the order knows of its stock (the warehouse's release answers included)."""
+
+    NONE = "none"
+    HELD = "held"
+    RELEASED = "released"
+    NOTHING_TO_RELEASE = "nothing_to_release"
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt of a step ended, as recorded on it."""
+
+    SUCCEEDED = "succeeded"
+    REFUSED = "refused"
+    TRANSIENT = "transient"
+    UNKNOWN = "unknown"
+    BROKEN = "broken"
+    ABANDONED = "abandoned"  # never reported back (a crash, a lost lease)
+    NOT_SENT = "not_sent"  # decided without calling the service
+    NOT_CHARGED = "not_charged"  # the provider's status call proved it charged nothing
 
 
 class RefundStatus(enum.StrEnum):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orderflow_http.bulkhead import AdmissionPolicy, Bulkhead, BulkheadBusyError, Slot
 from orderflow_http.clients import (
+    HttpNotifications,
     HttpPayments,
     HttpService,
     HttpShipping,
@@ -15,6 +16,7 @@ __all__ = [
     "AdmissionPolicy",
     "Bulkhead",
     "BulkheadBusyError",
+    "HttpNotifications",
     "HttpPayments",
     "HttpService",
     "HttpShipping",

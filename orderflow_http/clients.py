@@ -255,3 +255,13 @@ class HttpShipping(HttpService):
     async def ship(self, call: CallContext, items: Sequence[Item]) -> Outcome:
         body = {"order_id": str(call.order_id), "items": _items(items)}
         return await self._call("ship", call, "/shipping/v1/shipments", body)
+
+
+class HttpNotifications(HttpService):
+    """`Notifications` over HTTP: `POST /notifications/v1/messages`."""
+
+    SERVICE = "notifications"
+
+    async def notify(self, call: CallContext, template: str) -> Outcome:
+        body = {"order_id": str(call.order_id), "template": template}
+        return await self._call("notify", call, "/notifications/v1/messages", body)

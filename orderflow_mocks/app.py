@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from orderflow_core.testing.simulation import Simulator
 from orderflow_mocks import control
 from orderflow_mocks.problems import problems_middleware
 from orderflow_mocks.services import SERVICE_ROUTES, service_handler
 from orderflow_mocks.settings import SETTINGS_KEY, SIM_KEY, MockSettings
+from orderflow_mocks.simulation import Simulator
 
 MAX_BODY_BYTES = 64 * 1024
 

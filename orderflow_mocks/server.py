@@ -11,9 +11,9 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from orderflow_core.testing.simulation import Simulator
 from orderflow_mocks.app import create_mocks_app
 from orderflow_mocks.journal import FileJournal, JournalError
+from orderflow_mocks.simulation import Simulator
 
 # In-flight requests (a held `timeout`) get this long to finish when the server stops.
 SHUTDOWN_TIMEOUT_S = 1.0

@@ -12,9 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from orderflow_core.testing.simulation import SimResponse
 from orderflow_mocks.problems import PROBLEM_JSON, Handler, json_object
 from orderflow_mocks.settings import SETTINGS_KEY, SIM_KEY
+from orderflow_mocks.simulation import SimResponse
 
 # (method, path, service, operation) of each simulated call (docs/simulated-services.md).
 SERVICE_ROUTES: tuple[tuple[str, str, str, str], ...] = (
@@ -24,6 +24,7 @@ SERVICE_ROUTES: tuple[tuple[str, str, str, str], ...] = (
     ("GET", "/payments/v1/charges/{key}", "payments", "status"),
     ("POST", "/payments/v1/refunds", "payments", "refund"),
     ("POST", "/shipping/v1/shipments", "shipping", "ship"),
+    ("POST", "/notifications/v1/messages", "notifications", "notify"),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 from aiohttp import web
 
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.simulation import Simulator
 
 
 @attrs.frozen

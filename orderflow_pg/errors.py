@@ -18,7 +18,6 @@ class MigrationChecksumMismatch(OrderflowError):
     """An applied migration file was edited afterwards: refuse to run on a schema we can't trust."""
 
     code = "migration_checksum_mismatch"
-    status = 500
 
 
 @asynccontextmanager

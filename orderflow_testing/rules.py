@@ -18,12 +18,13 @@ import attrs
 from orderflow_core import TRANSITIONS, OrderAggregate, OrderState, RefundStatus, StepKind
 from orderflow_core.model import AuditEntry, HistoryEntry, OutboxEvent
 from orderflow_core.ports import OrderStore
+from orderflow_core.process import process_for
 from orderflow_core.states import StepStatus
 
 S = OrderState
 AFTER_PAID_FORBIDDEN = {S.CANCELLING, S.CANCELLED, S.RELEASING, S.PAYMENT_FAILED}
 NEEDS_SHIP_STEP = {S.PAID, S.SHIPPING, S.SHIPPED, S.SHIPPING_FAILED, S.REFUNDED}
-EFFECT_KINDS = ("charges", "reservations", "shipments", "refunds")
+EFFECT_KINDS = ("charges", "reservations", "shipments", "refunds", "messages")
 Effects = dict[str, list[dict[str, Any]]]
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ def check_snapshot(snap: Snapshot, *, worker_prefix: str = "worker-") -> None:
         state_and_steps_agree(record, events)
         compensations_audited(record, worker_prefix)
         attempts_are_generations(record.aggregate)
-        transitions_only_from_the_table(record.history)
+        transitions_only_from_the_table(record.history, record.aggregate.order.process_version)
         the_attention_stamp_is_current(record, events)
     the_feed_is_complete_and_unique(snap)
 
@@ -100,6 +101,12 @@ def one_effect_per_key(aggregate: OrderAggregate, mine: Effects) -> None:
     assert len(mine["charges"]) <= 1, mine["charges"]
     assert len(mine["reservations"]) <= 1
     assert len(mine["shipments"]) <= 1
+    # A customer is told once, and only once the carrier confirmed, by a version that says so.
+    assert len(mine["messages"]) <= 1, mine["messages"]
+    if mine["messages"]:
+        assert aggregate.order.state is S.SHIPPED, aggregate.order.state
+        then = process_for(aggregate.order.process_version).then.get(StepKind.SHIP, ())
+        assert StepKind.NOTIFY_CUSTOMER in then, aggregate.order.process_version
     refunded = sum(r["amount_minor"] for r in mine["refunds"])
     assert refunded <= aggregate.order.total_minor
 
@@ -204,14 +211,14 @@ def attempts_are_generations(aggregate: OrderAggregate) -> None:
         assert all(1 <= n <= step.attempt for n in numbers)
 
 
-def transitions_only_from_the_table(history: list[HistoryEntry]) -> None:
-    """Every recorded state change is an edge of the lifecycle table."""
+def transitions_only_from_the_table(history: list[HistoryEntry], version: int) -> None:
+    """Every recorded state change is an edge of the order's process version's table."""
     assert history, "an order without history"
     assert history[0].from_state is None
     assert history[0].to_state is S.CREATED
     for before, entry in itertools.pairwise(history):
         assert entry.from_state is before.to_state, (before, entry)
-        assert (entry.from_state, entry.to_state) in TRANSITIONS[1], entry
+        assert (entry.from_state, entry.to_state) in TRANSITIONS[version], entry
 
 
 def the_feed_is_complete_and_unique(snap: Snapshot) -> None:

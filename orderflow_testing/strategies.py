@@ -31,6 +31,7 @@ SCRIPTED_OUTCOMES: Mapping[Operation, tuple[str, ...]] = {
     ("payments", "status"): ("success", "transient", "timeout"),
     ("payments", "refund"): ("success", "transient", "permanent", "timeout", "lost_response"),
     ("shipping", "ship"): ("success", "transient", "permanent", "timeout", "lost_response"),
+    ("notifications", "notify"): ("success", "transient", "permanent", "timeout", "lost_response"),
 }
 # Where an executor can be crashed or stalled: before the call, after it, after the commit.
 CHECKPOINTS: tuple[str, ...] = ("before_call", "after_call", "after_commit")

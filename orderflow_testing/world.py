@@ -23,9 +23,10 @@ from orderflow_core import (
 )
 from orderflow_core.executor import Checkpoint
 from orderflow_core.ports import OrderStore
+from orderflow_core.process import NEWEST
 from orderflow_core.relay import OutboxFeed, OutboxRelay
 from orderflow_core.testing import FakeClock, InMemoryUsers
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.simulation import Simulator
 from orderflow_testing.strategies import CUSTOMER, OPERATOR
 
 T = TypeVar("T")
@@ -49,6 +50,7 @@ class SimWorld:
         executors: int = 2,
         checkpoint: Checkpoint | None = None,
         timing: Timing | None = None,
+        process_version: int = NEWEST,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -62,7 +64,14 @@ class SimWorld:
             return uuid.UUID(int=next(counter))
 
         users = InMemoryUsers({hash_token(p.user_id): p for p in (CUSTOMER, OPERATOR)})
-        self.service = OrderService(store, self.clock, users, timing=self.timing, new_id=new_id)
+        self.service = OrderService(
+            store,
+            self.clock,
+            users,
+            timing=self.timing,
+            new_id=new_id,
+            process_version=process_version,
+        )
         self.executors = [
             Executor(
                 store=store,

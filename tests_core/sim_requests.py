@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from orderflow_core.testing.simulation import SimResponse, Simulator
+from orderflow_mocks.simulation import SimResponse, Simulator
 
 OPERATIONS = [
     ("warehouse", "reserve"),
@@ -15,6 +15,7 @@ OPERATIONS = [
     ("payments", "status"),
     ("payments", "refund"),
     ("shipping", "ship"),
+    ("notifications", "notify"),
 ]
 MUTATING = [(s, op) for s, op in OPERATIONS if op != "status"]
 CHARGE_KEY = "charge-key"
@@ -36,6 +37,7 @@ def body_for(operation: str, reference: str = "") -> dict[str, Any]:
         "status": {},
         "refund": {"order_id": "o1", "payment_reference": reference, "amount_minor": 400},
         "ship": {"order_id": "o1", "items": ITEMS},
+        "notify": {"order_id": "o1", "template": "shipped"},
     }
     return bodies[operation]
 

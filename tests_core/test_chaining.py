@@ -18,7 +18,7 @@ def chaining_world(**kwargs: object) -> World:
 
 
 def test_one_claim_carries_an_order_from_reserve_to_shipped() -> None:
-    w = chaining_world()
+    w = chaining_world(process_version=1)
     try:
         order_id = w.create()
         assert w.step() == 1
@@ -27,6 +27,23 @@ def test_one_claim_carries_an_order_from_reserve_to_shipped() -> None:
         for kind in (StepKind.RESERVE, StepKind.CHARGE, StepKind.SHIP):
             assert steps[kind].status is StepStatus.SUCCEEDED
             assert [a.attempt for a in steps[kind].attempts] == [1]
+        assert w.step() == 0
+    finally:
+        w.close()
+
+
+def test_version_2_notifies_in_a_claim_of_its_own_after_the_chain_reached_shipped() -> None:
+    w = chaining_world(process_version=2)
+    try:
+        order_id = w.create()
+        assert w.step() == 1
+        assert w.state(order_id) is OrderState.SHIPPED
+        [notify] = w.load(order_id).steps_of(StepKind.NOTIFY_CUSTOMER)
+        assert notify.status is StepStatus.PENDING  # not chained: it carries the order nowhere
+        assert w.step() == 1
+        [notify] = w.load(order_id).steps_of(StepKind.NOTIFY_CUSTOMER)
+        assert notify.status is StepStatus.SUCCEEDED
+        assert w.state(order_id) is OrderState.SHIPPED
         assert w.step() == 0
     finally:
         w.close()

@@ -15,8 +15,8 @@ from orderflow_core.model import Claim, Item, Principal
 from orderflow_core.service import OrderService
 from orderflow_core.states import Role
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 
 CUSTOMER = Principal("customer-1", Role.CUSTOMER)
 NO_POLL = 3600.0  # only wake-ups and backlogs may cause a claim in these tests
@@ -37,7 +37,8 @@ class Node:
     def __init__(self, max_concurrent: int) -> None:
         self.clock = FakeClock()
         self.store = CountingStore()
-        self.service = OrderService(self.store, self.clock, InMemoryUsers())
+        # Version 1: the claim counts below are those of reserve, charge and ship.
+        self.service = OrderService(self.store, self.clock, InMemoryUsers(), process_version=1)
         timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
         self.executor = Executor(
             store=self.store,

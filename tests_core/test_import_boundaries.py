@@ -22,7 +22,7 @@ ALLOWED = {
     "orderflow_http": {"orderflow_core", "orderflow_http"},
     "orderflow_mocks": {"orderflow_core", "orderflow_mocks"},
     # The property-testing kit tests the core (and any store an embedder hands it).
-    "orderflow_testing": {"orderflow_core", "orderflow_testing"},
+    "orderflow_testing": {"orderflow_core", "orderflow_mocks", "orderflow_testing"},
     "orderflow_nats": {"orderflow_core", "orderflow_nats"},
 }
 
@@ -58,6 +58,18 @@ def test_a_package_imports_only_what_the_dependency_rule_allows(package: str) ->
             assert not foreign, (path, foreign)
 
 
+# The pure simulation the mocks serve over HTTP (and tests run in-process): stdlib and attrs only.
+PURE_SIMULATOR = ("simulation", "sim_scripts", "sim_wire", "sim_world")
+
+
+@pytest.mark.parametrize("module", PURE_SIMULATOR)
+def test_the_simulator_imports_only_the_standard_library_and_attrs(module: str) -> None:
+    roots = imported_roots(ROOT / "orderflow_mocks" / f"{module}.py")
+    foreign = {r for r in roots - {"__future__", "attrs", "orderflow_mocks"}
+               if r not in sys.stdlib_module_names}
+    assert not foreign, (module, foreign)
+
+
 def test_the_boundary_check_would_notice_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("import psycopg\nfrom orderflow_pg.store import PgOrderStore\n")
@@ -81,3 +93,29 @@ def test_every_core_module_imports_with_psycopg_aiohttp_and_nats_unavailable() -
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_simulator_imports_with_aiohttp_unavailable() -> None:
+    program = (
+        "import sys\n"
+        "for blocked in ('psycopg', 'psycopg_pool', 'aiohttp', 'nats'):\n"
+        "    sys.modules[blocked] = None\n"
+        "import orderflow_mocks.sim_adapters, orderflow_mocks.simulation\n"
+        "orderflow_mocks.sim_adapters.simulated_services(orderflow_mocks.simulation.Simulator())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_cores_errors_carry_a_code_and_no_transport_status() -> None:
+    from orderflow_core import errors
+
+    leaves = [
+        e for e in vars(errors).values()
+        if isinstance(e, type) and issubclass(e, errors.OrderflowError)
+    ]
+    assert len(leaves) > 10
+    assert not [e.__name__ for e in leaves if hasattr(e, "status")]
+    codes = [e.code for e in leaves]
+    assert len(codes) == len(set(codes))

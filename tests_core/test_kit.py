@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from orderflow_core import InvalidTransition
+from orderflow_core.process import PROCESSES
 from orderflow_core.transitions import TRANSITIONS, check, is_allowed
 from orderflow_testing.strategies import (
     SCRIPTED_OUTCOMES,
     Command,
-    Edge,
     allowed_edges,
     commands,
     faults,
@@ -19,17 +20,23 @@ from orderflow_testing.strategies import (
 )
 
 
-@given(allowed_edges())
-def test_an_allowed_edge_is_allowed_and_names_its_trigger(edge: Edge) -> None:
-    assert is_allowed(*edge)
-    assert check(*edge) == TRANSITIONS[1][edge]
+@pytest.mark.parametrize("version", sorted(PROCESSES))
+@given(data=st.data())
+def test_an_allowed_edge_is_allowed_and_names_its_trigger(
+    version: int, data: st.DataObject
+) -> None:
+    edge = data.draw(allowed_edges(version))
+    assert is_allowed(*edge, version)
+    assert check(*edge, version) == TRANSITIONS[version][edge]
 
 
-@given(refused_edges())
-def test_any_other_pair_is_refused(edge: Edge) -> None:
-    assert not is_allowed(*edge)
+@pytest.mark.parametrize("version", sorted(PROCESSES))
+@given(data=st.data())
+def test_any_other_pair_is_refused(version: int, data: st.DataObject) -> None:
+    edge = data.draw(refused_edges(version))
+    assert not is_allowed(*edge, version)
     with pytest.raises(InvalidTransition) as refused:
-        check(*edge)
+        check(*edge, version)
     assert (refused.value.current_state, refused.value.requested) == (
         edge[0].value,
         edge[1].value,

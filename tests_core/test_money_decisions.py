@@ -32,7 +32,9 @@ from orderflow_core import (
     commands,
     saga,
 )
-from orderflow_core.calls import CallPlan
+from orderflow_core.payment import ChargeRequest, StatusRequest
+from orderflow_core.steps.definition import CallPlan
+from orderflow_core.steps.release import ReleaseRequest
 from tests_core.world import OPERATOR, World
 
 S = OrderState
@@ -341,7 +343,7 @@ def payment_in_doubt() -> tuple[World, OrderAggregate, Claim]:
     charge = aggregate.latest(StepKind.CHARGE)
     assert charge is not None
     assert plan is not None
-    assert plan.charge_key == charge.idempotency_key
+    assert plan.request == StatusRequest(charge.idempotency_key)
     return w, aggregate, check
 
 
@@ -692,7 +694,7 @@ def releasing() -> tuple[World, OrderAggregate, Claim]:
     reserve = aggregate.latest(StepKind.RESERVE)
     assert reserve is not None
     assert plan is not None
-    assert plan.reservation_key == reserve.idempotency_key
+    assert plan.request == ReleaseRequest(reserve.idempotency_key)
     return w, aggregate, release
 
 
@@ -856,7 +858,7 @@ def test_a_charge_sends_the_orders_total_and_currency() -> None:
     aggregate, leased = claim(aggregate, StepKind.CHARGE, w.clock.now())
     _, plan = start(w, aggregate, leased)
     assert plan is not None
-    assert (plan.amount_minor, plan.currency) == (aggregate.order.total_minor, "RUB")
+    assert plan.request == ChargeRequest(aggregate.order.total_minor, "RUB")
 
 
 def test_a_charge_claimed_after_the_hold_ran_out_is_not_sent_and_the_stock_goes_back() -> None:

@@ -65,6 +65,7 @@ class Recording:
 
 
 def _observed_world(executors: int = 1, **kwargs: Any) -> tuple[World, Recording]:
+    kwargs.setdefault("process_version", 1)  # the counts below: reserve, charge, ship
     world = World(executors=executors, **kwargs)
     seen = Recording()
     for executor in world.executors:

@@ -6,7 +6,7 @@ import pytest
 
 from orderflow_core.classify import classify
 from orderflow_core.outcomes import Broken, Refused, Succeeded, Transient
-from orderflow_core.testing.sim_world import PERMANENT_ANSWERS
+from orderflow_mocks.sim_world import PERMANENT_ANSWERS
 from tests_core.sim_requests import (
     MUTATING,
     OPERATIONS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.simulation import Simulator
 from tests_core.sim_requests import CHARGE_KEY, body_for, call, make_sim
 
 

@@ -11,7 +11,7 @@ from orderflow_core.classify import classify
 from orderflow_core.model import Item
 from orderflow_core.outcomes import Refused, Succeeded, UnknownOutcome
 from orderflow_core.ports import CallContext
-from orderflow_core.testing.sim_adapters import simulated_services
+from orderflow_mocks.sim_adapters import simulated_services
 from tests_core.sim_requests import (
     CHARGE_KEY,
     ITEMS,
@@ -180,6 +180,7 @@ def test_reset_forgets_state_scripts_stored_answers_and_the_ledger() -> None:
             "shipments": [],
             "refunds": [],
             "tombstones": [],
+            "messages": [],
         },
         "scripts": [],
     }

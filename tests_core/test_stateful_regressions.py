@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
 import pytest
 
 from orderflow_core import Item, StepKind, saga
+from orderflow_core.steps import registry
 from tests_core.test_stateful import OrderflowMachine
 
 
@@ -93,7 +95,9 @@ def test_the_machine_catches_a_decision_that_raises(monkeypatch: pytest.MonkeyPa
     def broken_handler(*args: object) -> None:
         raise TypeError("a bug in the release handler")
 
-    monkeypatch.setitem(saga.HANDLERS, StepKind.RELEASE_RESERVATION, broken_handler)
+    release = registry.STEPS[StepKind.RELEASE_RESERVATION]
+    broken = attrs.evolve(release, on_result=broken_handler)
+    monkeypatch.setitem(registry.STEPS, StepKind.RELEASE_RESERVATION, broken)
     steps: list[Callable[[OrderflowMachine], object]] = [
         lambda m: m.create_order(lines=[Item("sku-a", 1, 100)]),
         lambda m: m.world.sim.script("payments", "charge", ["permanent"]),

@@ -25,10 +25,11 @@ from orderflow_core import (
 )
 from orderflow_core.executor import Checkpoint
 from orderflow_core.ports import OrderStore
+from orderflow_core.process import NEWEST
 from orderflow_core.relay import OutboxFeed, OutboxRelay
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 
 T = TypeVar("T")
 
@@ -126,6 +127,7 @@ class World(Driving):
         checkpoint: Checkpoint | None = None,
         store: OrderStore | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        process_version: int = NEWEST,
     ) -> None:
         # A store bound to a loop (a PgOrderStore's pool) comes with that loop.
         self.loop = loop or asyncio.new_event_loop()
@@ -140,7 +142,12 @@ class World(Driving):
             {hash_token(p.user_id): p for p in (CUSTOMER, OTHER_CUSTOMER, OPERATOR)}
         )
         self.service = OrderService(
-            self.store, self.clock, users, timing=self.timing, new_id=new_id
+            self.store,
+            self.clock,
+            users,
+            timing=self.timing,
+            new_id=new_id,
+            process_version=process_version,
         )
         self.executors = [
             Executor(

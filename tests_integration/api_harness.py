@@ -34,10 +34,10 @@ from orderflow_core.relay import OutboxRelay
 from orderflow_core.service import OrderService, hash_token
 from orderflow_core.states import Role
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
 from orderflow_http.api import create_app, openapi_document
 from orderflow_http.api.server import ServerLimits, serving
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 TOKENS = {"customer": "tok-customer", "other": "tok-other", "operator": "tok-operator"}

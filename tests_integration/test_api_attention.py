@@ -149,3 +149,31 @@ def test_the_counts_give_every_state_and_reason_to_an_operator_only(api: LiveApi
     assert (refused.status, refused.code) == (403, "forbidden")
     assert api("GET", "/api/v1/stats/orders?x=1", who="operator").code == "invalid_parameter"
     assert api("GET", "/api/v1/stats/orders?x=1", who="customer").code == "forbidden"
+
+
+def test_a_stopped_notification_puts_a_shipped_order_on_the_queue_until_an_operator_retry(
+    api: LiveApi,
+) -> None:
+    api.world.sim.script("notifications", "notify", ["permanent"])
+    order_id: str = api.create(key="notify").body["order_id"]
+    api.drive()
+    [waiting] = _queue(api)
+    assert (waiting["order_id"], waiting["state"]) == (order_id, "shipped")
+    assert waiting["process_version"] == 2
+    assert waiting["attention_reason"] == "notification_failed"
+    events = api("GET", "/api/v1/events?limit=1000", who="operator").body["events"]
+    [event] = [e for e in events if e["order_id"] == order_id and
+               e["type"] == "order.needs_attention"]
+    payload = event["payload"]
+    assert (payload["step_kind"], payload["step_status"]) == ("notify_customer", "failed")
+    assert payload["last_error"] == "recipient_unreachable"
+
+    reply = api("POST", f"{ORDERS}/{order_id}/retry", who="customer")
+    assert reply.status == 409, reply.body
+    assert api("POST", f"{ORDERS}/{order_id}/retry", who="operator").status == 202
+    assert _queue(api) == []
+    api.drive()
+    order = api("GET", f"{ORDERS}/{order_id}", who="operator").body
+    assert (order["state"], order["needs_attention"]) == ("shipped", False)
+    [message] = api.world.sim.ledger(order_id=order_id)["effects"]["messages"]
+    assert message["template"] == "shipped"

@@ -143,3 +143,17 @@ def test_a_validation_problem_lists_each_field() -> None:
         assert (reply.status, reply.code) == (422, "validation_failed")
         assert reply.body["type"] == "urn:orderflow:problem:validation_failed"
         assert {e["field"] for e in reply.body["errors"]} == {"items", "currency"}
+
+
+def test_the_api_maps_every_error_code_of_the_core_and_of_its_parsing_to_a_4xx_or_503() -> None:
+    from orderflow_core import errors
+    from orderflow_http.api import parse
+    from orderflow_http.api.problems import STATUSES
+
+    raised = [
+        e for module in (errors, parse) for e in vars(module).values()
+        if isinstance(e, type) and issubclass(e, errors.OrderflowError)
+        and e is not errors.OrderflowError
+    ]
+    assert {e.code for e in raised} == set(STATUSES)
+    assert all(400 <= s < 500 or s == 503 for s in STATUSES.values())

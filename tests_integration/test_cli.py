@@ -89,6 +89,7 @@ def test_a_restart_after_sigkill_reuses_the_embedded_database(
         ("ORDERFLOW_MAX_CONCURRENT_STEPS", "0"),
         ("ORDERFLOW_HEARTBEAT_S", "45"),
         ("ORDERFLOW_TOKEN_CACHE_S", "-1"),
+        ("ORDERFLOW_PROCESS_VERSION", "3"),
     ],
 )
 def test_a_bad_configuration_value_stops_start_up_with_one_line_naming_it(
@@ -105,7 +106,8 @@ def test_a_bad_configuration_value_stops_start_up_with_one_line_naming_it(
 def _create_orders(url: str, count: int) -> list[uuid.UUID]:
     async def create() -> list[uuid.UUID]:
         async with PgOrderStore.open(url) as store:
-            service = OrderService(store, SystemClock(), store.users)
+            # Version 1: three steps per order (the attempt count below).
+            service = OrderService(store, SystemClock(), store.users, process_version=1)
             customer = Principal("order_customer", Role.CUSTOMER)
             ids = []
             for n in range(count):

@@ -22,10 +22,10 @@ from orderflow_core.outcomes import (
     UnknownOutcome,
 )
 from orderflow_core.ports import CallContext
-from orderflow_core.testing.simulation import Simulator
 from orderflow_http.bulkhead import Bulkhead
-from orderflow_http.clients import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http.clients import HttpNotifications, HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_mocks import running_mocks
+from orderflow_mocks.simulation import Simulator
 
 DEADLINE_S = 0.4  # generous for a loaded CI machine; the hold must exceed it
 HOLD_S = 0.8
@@ -38,6 +38,7 @@ class Clients:
     warehouse: HttpWarehouse
     payments: HttpPayments
     shipping: HttpShipping
+    notifications: HttpNotifications
     sim: Simulator
     ctx: CallContext
     reference: str
@@ -54,6 +55,7 @@ async def clients(**client_kw: Any) -> AsyncIterator[Clients]:
             HttpWarehouse(mocks.url, **kw) as warehouse,
             HttpPayments(mocks.url, **kw) as payments,
             HttpShipping(mocks.url, **kw) as shipping,
+            HttpNotifications(mocks.url, **kw) as notifications,
         ):
             charged = mocks.sim.handle(
                 "payments",
@@ -64,7 +66,7 @@ async def clients(**client_kw: Any) -> AsyncIterator[Clients]:
                 body={"order_id": str(order_id), "amount_minor": 1000, "currency": "RUB"},
             )
             reference = charged.body["payment_reference"]
-            yield Clients(warehouse, payments, shipping, mocks.sim, ctx, reference)
+            yield Clients(warehouse, payments, shipping, notifications, mocks.sim, ctx, reference)
 
 
 CALLS: dict[str, tuple[str, Callable[[Clients], Awaitable[Outcome]]]] = {
@@ -74,12 +76,14 @@ CALLS: dict[str, tuple[str, Callable[[Clients], Awaitable[Outcome]]]] = {
     "status": ("payments", lambda c: c.payments.charge_status(c.ctx, CHARGE_KEY)),
     "refund": ("payments", lambda c: c.payments.refund(c.ctx, c.reference, 400)),
     "ship": ("shipping", lambda c: c.shipping.ship(c.ctx, ITEMS)),
+    "notify": ("notifications", lambda c: c.notifications.notify(c.ctx, "shipped")),
 }
 REFUSED = {
     "reserve": Refused("out_of_stock", "scripted permanent refusal"),
     "charge": Refused("card_declined", "scripted permanent refusal"),
     "refund": Refused("refund_rejected", "scripted permanent refusal"),
     "ship": Refused("undeliverable", "scripted permanent refusal"),
+    "notify": Refused("recipient_unreachable", "scripted permanent refusal"),
 }
 
 
@@ -103,6 +107,7 @@ def own_effects(c: Clients, operation: str) -> list[dict[str, Any]]:
         "charge": "charges",
         "refund": "refunds",
         "ship": "shipments",
+        "notify": "messages",
     }[operation]
     rows = c.sim.ledger()["effects"][kind]
     return [r for r in rows if r.get("idempotency_key", "k1") == "k1"]

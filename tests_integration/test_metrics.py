@@ -36,6 +36,7 @@ CALL_OF = {
     "ship": ("shipping", "ship"),
     "release_reservation": ("warehouse", "release"),
     "refund": ("payments", "refund"),
+    "notify_customer": ("notifications", "notify"),
 }
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -188,6 +189,7 @@ def test_serve_counts_api_requests_steps_calls_claims_and_waiting_orders(
         "warehouse",
         "payments",
         "shipping",
+        "notifications",
     }
     eventually(
         lambda: (
@@ -239,7 +241,12 @@ def test_a_worker_serves_its_own_metrics_on_the_metrics_port(
         lambda: (
             by(scrape(url), "orderflow_step_attempts_total", "kind", "outcome")
             == Counter(
-                {("reserve", "succeeded"): 2, ("charge", "succeeded"): 2, ("ship", "succeeded"): 2}
+                {
+                    ("reserve", "succeeded"): 2,
+                    ("charge", "succeeded"): 2,
+                    ("ship", "succeeded"): 2,
+                    ("notify_customer", "succeeded"): 2,  # process version 2, the default
+                }
             )
         ),
         timeout_s=30,

@@ -21,8 +21,8 @@ from orderflow_core.context import Timing
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Claim
 from orderflow_core.states import StepStatus
-from orderflow_core.testing.sim_adapters import simulated_services
-from orderflow_core.testing.simulation import Simulator
+from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.simulation import Simulator
 from orderflow_pg import PgOrderStore
 from orderflow_pg.deadline import hard_deadline
 

@@ -24,13 +24,13 @@ from builders import (
 from conftest import Run
 
 from orderflow_core import saga
-from orderflow_core.calls import CallPlan
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
 from orderflow_core.ports import OrderReads, OrderStore, UnitOfWork
 from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
+from orderflow_core.steps.definition import CallPlan
 from orderflow_core.testing import InMemoryOrderStore
 
 

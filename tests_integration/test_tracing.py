@@ -24,10 +24,10 @@ from orderflow import logs
 from orderflow_core import Executor, OrderService, Services, SystemClock, Timing
 from orderflow_core.service import hash_token
 from orderflow_core.testing import InMemoryUsers
-from orderflow_core.testing.simulation import Simulator
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.telemetry import Telemetry
 from orderflow_mocks.app import create_mocks_app
+from orderflow_mocks.simulation import Simulator
 from orderflow_pg import PgOrderStore
 
 pytestmark = pytest.mark.postgres

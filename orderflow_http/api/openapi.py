@@ -181,7 +181,8 @@ def _commands() -> dict[str, Operation]:
     )
     retry = _command(
         "retryOrder",
-        "Re-arm the current failed step (owner); blocked steps and shipping_failed: operator",
+        "Re-arm the current failed step (owner); blocked steps, shipping_failed and a stopped "
+        "notification: operator",
         {"202": _ok("re-armed with the same key", "Order")},
         404,
         409,

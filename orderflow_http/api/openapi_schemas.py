@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orderflow_core.process import PROCESSES
 from orderflow_core.states import AttentionReason, OrderState, RefundStatus, StepKind, StepStatus
 
 Schema = dict[str, Any]
@@ -184,7 +185,7 @@ def _summary_properties() -> dict[str, Schema]:
         "customer_id": {"type": "string"},
         "state": {"type": "string", "enum": STATES},
         "state_reason": TEXT_OR_NULL,
-        "process_version": {"type": "integer", "const": 1},
+        "process_version": {"type": "integer", "enum": sorted(PROCESSES)},
         "items": {"type": "array", "items": ref("Item")},
         "total_minor": {"type": "integer", "minimum": 0},
         "currency": {"type": "string"},
@@ -200,7 +201,8 @@ def _summary_properties() -> dict[str, Schema]:
             "description": "why it waits: the current step failed after its last attempt "
             "(retries_exhausted) or hit a permanent technical error (blocked); the payment is "
             "in doubt and the status checks stopped (reconcile_gave_up) or the reservation "
-            "expired first (expired_while_unknown); paid but not shipped (shipping_failed)",
+            "expired first (expired_while_unknown); paid but not shipped (shipping_failed); "
+            "shipped but the customer's notification stopped (notification_failed, version 2)",
         },
         "attention_since": {**TIME_OR_NULL, "description": "when it started waiting"},
     }

@@ -35,21 +35,18 @@ class UnsupportedMediaType(OrderflowError):
     """The body is not `application/json`."""
 
     code = "unsupported_media_type"
-    status = 415
 
 
 class PayloadTooLarge(OrderflowError):
     """The body is over the limit (64 KiB by default)."""
 
     code = "payload_too_large"
-    status = 413
 
 
 class RequestTimeout(OrderflowError):
     """The body did not arrive in time (a slow or stalled client)."""
 
     code = "request_timeout"
-    status = 408
 
 
 class ClientGone(Exception):
@@ -60,7 +57,6 @@ class MalformedJson(OrderflowError):
     """The body is not one well-formed JSON text in UTF-8."""
 
     code = "malformed_json"
-    status = 400
 
 
 class OversizedInt:

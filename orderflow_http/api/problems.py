@@ -69,6 +69,34 @@ def redact(text: str) -> str:
     )
 
 
+# The HTTP status of each error code the API answers with; the core's errors carry only their
+# code. A code not listed (a bug's, or an adapter's own error) is a 500.
+STATUSES: Mapping[str, int] = {
+    "invalid_transition": 409,
+    "not_retryable": 409,
+    "not_found": 404,
+    "forbidden": 403,
+    "unauthenticated": 401,
+    "idempotency_key_reused": 422,
+    "validation_failed": 422,
+    "idempotency_conflict": 409,
+    "store_unavailable": 503,
+    "idempotency_key_required": 400,
+    "invalid_idempotency_key": 400,
+    "invalid_parameter": 400,
+    "concurrent_update": 409,
+    "unsupported_media_type": 415,
+    "payload_too_large": 413,
+    "request_timeout": 408,
+    "malformed_json": 400,
+}
+
+
+def status_of(exc: OrderflowError) -> int:
+    """The HTTP status the API answers an error of the core (or of its own parsing) with."""
+    return STATUSES.get(exc.code, 500)
+
+
 # aiohttp's own HTTP exceptions (unknown route, wrong method, its body limit) by status.
 HTTP_CODES: Mapping[int, str] = {
     400: "bad_request",
@@ -157,12 +185,13 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         log.debug("%s %s: the client went away mid-body (%s)", request.method, request.path, exc)
         return problem_response(400, "bad_request", "the connection closed mid-body")
     except OrderflowError as exc:
-        if exc.status == 503:
+        status = status_of(exc)
+        if status == 503:
             return _unavailable(request, exc)
-        if exc.status >= 500:
+        if status >= 500:
             return _internal_error(request)
-        response = problem_response(exc.status, exc.code, exc.detail, exc.extra)
-        if exc.status == 408:
+        response = problem_response(status, exc.code, exc.detail, exc.extra)
+        if status == 408:
             response.force_close()  # the rest of a body that came too slowly is not awaited
         return response
     except web.HTTPException as exc:

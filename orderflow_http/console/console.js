@@ -291,6 +291,7 @@ function allowedActions(o) {
   const stopped = step && (step.status === "failed" || step.status === "blocked");
   if (o.state === "payment_unknown") actions.push("reconcile");
   else if (!TERMINAL.has(o.state) && (stopped || o.state === "shipping_failed")) actions.push("retry");
+  else if (o.attention_reason === "notification_failed") actions.push("retry");
   if ((o.state === "shipped" || o.state === "shipping_failed") && o.payment.status === "succeeded") {
     actions.push("refund");
   }

@@ -25,9 +25,9 @@ from orderflow_core.ports import Services
 from orderflow_core.relay import OutboxRelay
 from orderflow_core.service import hash_token
 from orderflow_core.testing import FakeClock, InMemoryUsers
-from orderflow_core.testing.simulation import Simulator
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_mocks import running_mocks
+from orderflow_mocks.simulation import Simulator
 from orderflow_pg import PgOrderStore
 from tests_core.rules import check_snapshot, take_snapshot
 from tests_core.world import Driving

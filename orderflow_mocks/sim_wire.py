@@ -14,6 +14,14 @@ import attrs
 
 Disposition = Literal["answer", "timeout", "lost_response"]
 
+# The operations of the simulated services, by the names scripts and the ledger use.
+OPERATIONS: Mapping[str, tuple[str, ...]] = {
+    "warehouse": ("reserve", "release"),
+    "payments": ("charge", "status", "refund"),
+    "shipping": ("ship",),
+    "notifications": ("notify",),
+}
+
 # The scripted outcome kinds (docs/simulated-services.md).
 OUTCOME_KINDS = frozenset(
     {"success", "transient", "permanent", "timeout", "lost_response", "pending"}
@@ -134,6 +142,11 @@ def _check_nothing(body: Mapping[str, Any]) -> None:
     del body  # the status call carries its key in the path
 
 
+def _check_notify(body: Mapping[str, Any]) -> None:
+    _text(body, "order_id")
+    _text(body, "template")
+
+
 REQUEST_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "reserve": _check_reserve,
     "release": _check_release,
@@ -141,4 +154,5 @@ REQUEST_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _check_nothing,
     "refund": _check_refund,
     "ship": _check_reserve,
+    "notify": _check_notify,
 }

@@ -6,8 +6,7 @@ from collections import deque
 
 import attrs
 
-from orderflow_core.classify import OPERATIONS
-from orderflow_core.testing.sim_wire import OUTCOME_KINDS
+from orderflow_mocks.sim_wire import OPERATIONS, OUTCOME_KINDS
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ from orderflow_core.classify import classify
 from orderflow_core.model import Item
 from orderflow_core.outcomes import Outcome, UnknownOutcome
 from orderflow_core.ports import CallContext, Services
-from orderflow_core.testing.simulation import SimResponse, Simulator
+from orderflow_mocks.simulation import SimResponse, Simulator
 
 
 def outcome_of(operation: str, response: SimResponse) -> Outcome:
@@ -105,10 +105,20 @@ class SimulatedShipping(_SimulatedService):
         return self._call("ship", call, body)
 
 
+class SimulatedNotifications(_SimulatedService):
+    """`Notifications` over the simulator."""
+
+    service = "notifications"
+
+    async def notify(self, call: CallContext, template: str) -> Outcome:
+        return self._call("notify", call, {"order_id": str(call.order_id), "template": template})
+
+
 def simulated_services(sim: Simulator) -> Services:
-    """The three ports wired to one simulator."""
+    """The four ports wired to one simulator."""
     return Services(
         warehouse=SimulatedWarehouse(sim),
         payments=SimulatedPayments(sim),
         shipping=SimulatedShipping(sim),
+        notifications=SimulatedNotifications(sim),
     )

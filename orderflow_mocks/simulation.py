@@ -1,4 +1,4 @@
-"""A pure, in-process simulation of the warehouse, payments and shipping services.
+"""A pure, in-process simulation of the warehouse, payments, shipping and notification services.
 
 Why it exists: every failure the saga must survive (refusal, 5xx, timeout, lost response, a
 pending charge, a late reservation) can be rehearsed deterministically — in memory by the core
@@ -20,8 +20,8 @@ from uuid import uuid4
 
 import attrs
 
-from orderflow_core.testing.sim_scripts import ScriptBook, ScriptedOutcome, check_operation
-from orderflow_core.testing.sim_wire import (
+from orderflow_mocks.sim_scripts import ScriptBook, ScriptedOutcome, check_operation
+from orderflow_mocks.sim_wire import (
     REQUEST_CHECKS,
     InvalidRequestError,
     SimResponse,
@@ -29,7 +29,7 @@ from orderflow_core.testing.sim_wire import (
     fingerprint,
     problem,
 )
-from orderflow_core.testing.sim_world import PERMANENT_ANSWERS, SimWorld
+from orderflow_mocks.sim_world import PERMANENT_ANSWERS, SimWorld
 
 __all__ = ["Journal", "SimResponse", "Simulator"]
 
@@ -264,6 +264,8 @@ class Simulator:
             return world.charge(key, body, pending=pending)
         if operation == "refund":
             return world.refund(key, body)
+        if operation == "notify":
+            return world.notify(key, body)
         return world.ship(key, body)
 
     def _record(

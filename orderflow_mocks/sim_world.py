@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from orderflow_core.testing.sim_wire import SimResponse, problem
+from orderflow_mocks.sim_wire import SimResponse, problem
 
 
 @attrs.frozen
@@ -37,6 +37,14 @@ class SimShipment:
     order_id: str
     idempotency_key: str
     shipment_id: str
+
+
+@attrs.frozen
+class SimMessage:
+    order_id: str
+    idempotency_key: str
+    message_id: str
+    template: str
 
 
 @attrs.frozen
@@ -65,6 +73,7 @@ PERMANENT_ANSWERS: Mapping[str, tuple[int, str]] = {
     "status": (422, "request_rejected"),
     "refund": (409, "refund_rejected"),
     "ship": (422, "undeliverable"),
+    "notify": (422, "recipient_unreachable"),
 }
 
 
@@ -79,6 +88,7 @@ TABLES: Mapping[str, type[Any]] = {
     "charges": SimCharge,
     "shipments": SimShipment,
     "refunds": SimRefund,
+    "messages": SimMessage,
 }
 
 
@@ -92,6 +102,7 @@ class SimWorld:
         self.charges: dict[str, SimCharge] = {}
         self.shipments: dict[str, SimShipment] = {}
         self.refunds: dict[str, SimRefund] = {}
+        self.messages: dict[str, SimMessage] = {}
         self._changed: list[tuple[str, str]] = []
 
     def _put(self, table: str, key: str, record: Any) -> None:
@@ -174,6 +185,11 @@ class SimWorld:
         self._put("shipments", key, shipment)
         return _created(201, {"shipment_id": shipment.shipment_id})
 
+    def notify(self, key: str, body: Mapping[str, Any]) -> SimResponse:
+        message = SimMessage(body["order_id"], key, f"msg-{self._new_id()}", body["template"])
+        self._put("messages", key, message)
+        return _created(201, {"message_id": message.message_id, "status": "sent"})
+
     def settle(self, charge_key: str, status: str) -> SimCharge:
         """Resolve a pending charge; KeyError if unknown, ValueError if not pending."""
         if status not in ("succeeded", "failed"):
@@ -202,4 +218,5 @@ class SimWorld:
             "shipments": rows(self.shipments),
             "refunds": rows(self.refunds),
             "tombstones": rows(self.tombstones),
+            "messages": rows(self.messages),
         }
