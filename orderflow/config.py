@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from orderflow_core import RetryPolicy, Timing
 from orderflow_core.process import NEWEST, PROCESSES
 from orderflow_core.relay import worst_redelivery_delay_s
+from orderflow_core.states import StepKind
 
 T = TypeVar("T")
 
@@ -309,7 +310,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     g = env.get
     timing = _timing(env)
-    return Settings(
+    settings = Settings(
         database_url=_get(
             env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
@@ -342,6 +343,24 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
     )
+    return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
+
+
+def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
+    """New orders run a version whose services are all there: with the three services external
+    and no notification service, the newest version without a notification step by default,
+    and a one-line error for a version that needs one."""
+    if not settings.external_services or settings.notifications_url is not None:
+        return settings
+    needs = {v for v, p in PROCESSES.items() if StepKind.NOTIFY_CUSTOMER in p.steps}
+    if settings.process_version not in needs:
+        return settings
+    if explicit:
+        raise ConfigError(
+            f"ORDERFLOW_PROCESS_VERSION={settings.process_version}: this version notifies the "
+            "customer, so it needs ORDERFLOW_NOTIFICATIONS_URL when the three service URLs are set"
+        )
+    return attrs.evolve(settings, process_version=max(set(PROCESSES) - needs))
 
 
 def _process_version(value: str) -> int:
