@@ -77,6 +77,8 @@ def _started(setup: Setup, name: str, db_url: str, latency: int, workers: int) -
         "ORDERFLOW_PAYMENTS_URL": mocks_url,
         "ORDERFLOW_SHIPPING_URL": mocks_url,
         "ORDERFLOW_MAX_CONCURRENT_STEPS": str(setup.concurrency),
+        # Reserve, charge, ship: the three chained jobs the peers run per order.
+        "ORDERFLOW_PROCESS_VERSION": "1",
     }
     started: list[launch.Node] = []
 
