@@ -15,7 +15,7 @@ from builders import T0, creation, new_order, new_step
 from conftest import Run
 
 from orderflow_core.model import Change, OrderAggregate
-from orderflow_core.states import OrderState, StepKind
+from orderflow_core.states import OrderState, StepKind, StepStatus
 from orderflow_pg import PgOrderStore
 from orderflow_pg import store as store_module
 
@@ -139,3 +139,29 @@ def test_a_claim_by_another_worker_outdates_a_kept_copy(
         "B",
         "noted",
     )
+
+
+def test_an_order_with_no_step_left_to_run_is_not_kept(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    """A finished order is not come back to by a worker: keeping its copy would only hold
+    memory (a worker's resident set grew by ~30 MiB over a soak while it kept 10,000 of them)."""
+    a, _ = two_stores
+    live, done = new_order(), new_order()
+    for order in (live, done):
+        run(a.create(creation(order, key=None)))
+
+    def finish(aggregate: OrderAggregate) -> tuple[Change, None]:
+        steps = tuple(attrs.evolve(s, status=StepStatus.SUCCEEDED) for s in aggregate.steps)
+        order = attrs.evolve(aggregate.order, event_seq=aggregate.order.event_seq + 1)
+        return Change(order=order, steps=steps), None
+
+    seen: list[tuple[int, OrderState]] = []
+    run(a.update_many([(live.order_id, noting(seen)), (done.order_id, finish)]))
+    reads.clear()
+    assert run(a.update_many([(live.order_id, noting(seen)), (done.order_id, noting(seen))])) == [
+        1,
+        1,
+    ]
+    assert reads == [1], "the finished order is read again; the live one is decided on its copy"
+    assert run(a.load(done.order_id)).order.event_seq == 2
