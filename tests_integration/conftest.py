@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from processes import Proc
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -154,3 +155,12 @@ def pg_store(pg_url: str, run: Run[Any]) -> Iterator[PgOrderStore]:
 def database_name(url: str) -> str:
     """Which database a URL names."""
     return str(conninfo_to_dict(url)["dbname"])
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Real processes a test starts (append them); each is closed after the test."""
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.close()

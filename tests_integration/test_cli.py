@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,14 +24,6 @@ from orderflow_pg import PgOrderStore
 pytestmark = pytest.mark.postgres
 AUTH = {"Authorization": f"Bearer {CUSTOMER_TOKEN}"}
 ORDER = {"items": [{"sku": "book", "quantity": 1, "unit_price_minor": 990}], "currency": "RUB"}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def _serve(procs: list[Proc], home: Path) -> tuple[Proc, str]:

@@ -18,14 +18,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 PASSWORD = "pw-Never-Shown-7431"
 
 
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
-
-
 def _assert_one_clean_line(lines: list[str], *wanted: str) -> str:
     assert len(lines) == 1, lines
     line = lines[0]

@@ -9,7 +9,6 @@ import asyncio
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -39,14 +38,6 @@ CALL_OF = {
     "notify_customer": ("notifications", "notify"),
 }
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def scrape(url: str) -> Samples:

@@ -3,7 +3,6 @@ on the same journal, still knows what it charged and reserved."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,6 @@ RESERVE = {
 
 def _headers(key: str) -> dict[str, str]:
     return {"Idempotency-Key": key, "X-Order-Id": "o-journal", "X-Step-Id": "s-1"}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def _mocks(procs: list[Proc], state: Path | None) -> str:

@@ -32,14 +32,6 @@ CUSTOMER = Principal("order_customer", Role.CUSTOMER)
 
 
 @pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
-
-
-@pytest.fixture
 def names() -> Names:
     return Names.unique()
 

@@ -85,14 +85,6 @@ def netns() -> Iterator[Namespace]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
-
-
 def _rows(url: str, query: str, **params: object) -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(query, params).fetchall()

@@ -136,14 +136,6 @@ def test_a_worker_step_whose_commit_hangs_gives_up_within_its_deadline(
         assert all(a.finished_at is None for s in following for a in s.attempts), following
 
 
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
-
-
 def _timed_get(url: str, **headers: str) -> tuple[int, float]:
     started = time.monotonic()
     status, _ = http("GET", url, **headers)

@@ -5,7 +5,6 @@ their customers are notified through the simulated notification service."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,14 +15,6 @@ pytestmark = pytest.mark.postgres
 AUTH = {"Authorization": f"Bearer {CUSTOMER_TOKEN}"}
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 ORDER = {"items": [{"sku": "lamp", "quantity": 1, "unit_price_minor": 4200}], "currency": "RUB"}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def _serve(procs: list[Proc], pg_url: str, mocks: str, **extra: str) -> tuple[Proc, str]:

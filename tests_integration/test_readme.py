@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,14 +49,6 @@ def test_the_embedding_snippet_runs_as_written_and_prints_what_readme_says() -> 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == readme_block("embedding-output", "text")
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def _tour_server(procs: list[Proc], pg_url: str) -> tuple[int, int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from datetime import datetime
 
 import psycopg
@@ -22,14 +21,6 @@ STOPPED = re.compile(
     r"ORDERFLOW_SHUTDOWN_GRACE_S=0.1 s and (?:was|were) left to lease expiry; .* once their "
     r"leases run out, by (\S+Z) \(ORDERFLOW_LEASE_S=4 s\)"
 )
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def _create_orders(url: str) -> None:
