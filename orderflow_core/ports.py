@@ -98,7 +98,7 @@ class Notifications(Protocol):
     """Sends the customer a message (process version 2, after the carrier confirmed)."""
 
     async def notify(self, call: CallContext, template: str) -> Outcome:
-        """Succeeded({message_id}) or Refused("recipient_unreachable")."""
+        """Succeeded({message_id}) or Refused("undeliverable_address")."""
         ...
 
 

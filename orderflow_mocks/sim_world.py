@@ -73,7 +73,7 @@ PERMANENT_ANSWERS: Mapping[str, tuple[int, str]] = {
     "status": (422, "request_rejected"),
     "refund": (409, "refund_rejected"),
     "ship": (422, "undeliverable"),
-    "notify": (422, "recipient_unreachable"),
+    "notify": (422, "undeliverable_address"),
 }
 
 

@@ -166,7 +166,7 @@ def test_a_stopped_notification_puts_a_shipped_order_on_the_queue_until_an_opera
                e["type"] == "order.needs_attention"]
     payload = event["payload"]
     assert (payload["step_kind"], payload["step_status"]) == ("notify_customer", "failed")
-    assert payload["last_error"] == "recipient_unreachable"
+    assert payload["last_error"] == "undeliverable_address"
 
     reply = api("POST", f"{ORDERS}/{order_id}/retry", who="customer")
     assert reply.status == 409, reply.body

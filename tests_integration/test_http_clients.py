@@ -83,7 +83,7 @@ REFUSED = {
     "charge": Refused("card_declined", "scripted permanent refusal"),
     "refund": Refused("refund_rejected", "scripted permanent refusal"),
     "ship": Refused("undeliverable", "scripted permanent refusal"),
-    "notify": Refused("recipient_unreachable", "scripted permanent refusal"),
+    "notify": Refused("undeliverable_address", "scripted permanent refusal"),
 }
 
 

@@ -67,6 +67,6 @@ DEFINITION = StepDefinition(
     on_result=on_result,
     perform=perform,
     operation=Operation(
-        "notify", "notifications", frozenset({(422, "recipient_unreachable")}), _well_formed
+        "notify", "notifications", frozenset({(422, "undeliverable_address")}), _well_formed
     ),
 )
