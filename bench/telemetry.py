@@ -7,10 +7,12 @@ same time, `--repeat` times, so that whatever else loads a shared machine loads 
 the SDK as `orderflow.tracing` configures it (the BatchSpanProcessor, the OTLP/HTTP exporter
 encoding and posting every batch) to a local sink in another process that accepts and drops
 them. Modes: `otlp` (orderflow's default sampler, or `--sampler`), `otlp-all` (every span
-recorded: parentbased_always_on), `metrics` (no spans). Reported per mode: median orders/s and
-worker CPU ms per order (the exporter's thread and its final export included), and the median
-of the on/off ratios of the pairs. `--micro` instead times the observer alone, per step attempt
-with one external call.
+recorded: parentbased_always_on), `metrics` (no spans); `--ratio` sets the share of orders
+traced. Each order is created under a request span as the API makes one, so its steps follow
+that request's sampling decision. Reported per mode: median orders/s and worker CPU ms per
+order (the exporter's thread and its final export included), and the median of the on/off
+ratios of the pairs. `--micro` instead times the observer alone, per step attempt with one
+external call.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def _start(
         sampler = args.sampler if mode == "otlp" else SAMPLERS[mode]
         if sampler:
             env["OTEL_TRACES_SAMPLER"] = sampler
+        if mode == "otlp" and args.ratio is not None:
+            env["OTEL_TRACES_SAMPLER_ARG"] = str(args.ratio)
     argv = [
         sys.executable, "-m", "bench.worker_only", "--database-url", args.database_url,
         "--orders", str(args.orders), "--concurrency", str(args.concurrency),
@@ -143,7 +147,8 @@ def micro(iterations: int) -> None:
         provider.add_span_processor(BatchSpanProcessor(Dropping()))
         return provider
 
-    tenth = ParentBased(TraceIdRatioBased(tracing.DEFAULT_SAMPLE_RATIO))
+    ratio = tracing.DEFAULT_SAMPLE_RATIO
+    default = ParentBased(tracing.follow_links_sampler(TraceIdRatioBased(ratio)))
     claim = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.RESERVE, 1, "w", datetime.now(UTC))
     call = CallContext(claim.order_id, claim.step_id, "key")
     observers: list[tuple[str, Any]] = [
@@ -152,7 +157,7 @@ def micro(iterations: int) -> None:
         ("tracing API without an SDK", Telemetry(metrics=False)),
         ("metrics", Telemetry(tracing=False)),
         ("spans recorded (SDK)", Telemetry(metrics=False, tracer_provider=sdk())),
-        ("metrics + 10 % sampled (the default)", Telemetry(tracer_provider=sdk(tenth))),
+        (f"metrics + {ratio:.0%} sampled (the default)", Telemetry(tracer_provider=sdk(default))),
         ("metrics + spans recorded", Telemetry(tracer_provider=sdk())),
     ]
     for label, observer in observers:
@@ -188,6 +193,13 @@ def main() -> None:
         "--sampler",
         default=None,
         help="OTEL_TRACES_SAMPLER for the `otlp` mode (default: orderflow's)",
+    )
+    p.add_argument(
+        "--ratio",
+        type=float,
+        default=None,
+        help="OTEL_TRACES_SAMPLER_ARG for the `otlp` mode: the share of orders traced (default: "
+        "orderflow's, 0.01)",
     )
     p.add_argument("--micro", action="store_true", help="time the observer alone")
     p.add_argument("--iterations", type=int, default=20000)

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from bench import cpu, launch, pgadmin, walstats
 from bench.run import DEFAULT_URL
 from orderflow import tracing
-from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
+from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing, observe
 from orderflow_core.model import Item, Principal
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.telemetry import Telemetry
@@ -43,13 +43,26 @@ CUSTOMER = Principal("bench", Role.CUSTOMER)
 POLL_S = 0.05
 
 
-async def _create(store: PgOrderStore, orders: int) -> None:
+async def _create(store: PgOrderStore, orders: int, observer: Any = None) -> None:
+    """Orders ready to run; with telemetry on, each created under a request span the way the
+    API's middleware makes one (so the order keeps its trace context, sampled or not, and its
+    steps' spans link it and follow its sampling decision)."""
     service = OrderService(store, SystemClock(), store.users, process_version=1)
     gate = asyncio.Semaphore(10)
+    traced = observer is not None and observer.tracer is not None
 
     async def one(i: int) -> None:
         async with gate:
-            await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
+            if not traced:
+                await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
+                return
+            with observer.api_request("POST", "/api/v1/orders", {}) as seen:
+                token = observe.request_trace_parent.set(observer.current_trace_parent())
+                try:
+                    await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
+                finally:
+                    observe.request_trace_parent.reset(token)
+                seen.finished("201")
 
     await asyncio.gather(*(one(i) for i in range(orders)))
 
@@ -97,7 +110,11 @@ def _telemetry(mode: str) -> Any:
         return Telemetry()
     if mode == "otlp":
         return Telemetry(tracer_provider=tracing.tracer_provider())
-    sampler = ParentBased(TraceIdRatioBased(0.1)) if mode == "sampled" else None
+    sampler = (
+        ParentBased(tracing.follow_links_sampler(TraceIdRatioBased(0.1)))
+        if mode == "sampled"
+        else None
+    )
 
     class Dropping(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
@@ -128,7 +145,12 @@ async def measure(
     window = walstats.WalWindow(server_url)
     try:
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
-            await _create(store, orders)
+            await _create(store, orders, observer)
+            if observer is not None and hasattr(observer.tracer_provider, "force_flush"):
+                # Export the creating requests' sampled spans now: the first export imports the
+                # OTLP encoder and its HTTP client (a startup cost, ~0.2 s of CPU once), which
+                # would otherwise land in the measured window of every run.
+                observer.tracer_provider.force_flush()
             async with (
                 HttpWarehouse(base, telemetry=observer) as warehouse,
                 HttpPayments(base, telemetry=observer) as payments,
@@ -191,22 +213,27 @@ async def measure(
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.worker_only", description=__doc__)
-    p.add_argument("--database-url", default=os.environ.get("ORDERFLOW_BENCH_DATABASE_URL",
-                                                            DEFAULT_URL))
+    p.add_argument(
+        "--database-url", default=os.environ.get("ORDERFLOW_BENCH_DATABASE_URL", DEFAULT_URL)
+    )
     p.add_argument("--orders", type=int, default=600)
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--database", default=DATABASE, help="scratch database (dropped after)")
-    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
-                   help="event loop, as ORDERFLOW_EVENT_LOOP (a checkout without the choice "
-                   "runs asyncio's)")
-    p.add_argument("--telemetry", choices=["off", "metrics", "full", "sampled", "otlp"],
-                   default="off",
-                   help="the observer: none, metrics (+ no-op tracing API), metrics + recorded "
-                   "spans, or metrics + 10%% sampled spans")
-    args = p.parse_args()
-    coro = measure(
-        args.database_url, args.orders, args.concurrency, args.database, args.telemetry
+    p.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="event loop, as ORDERFLOW_EVENT_LOOP (a checkout without the choice runs asyncio's)",
     )
+    p.add_argument(
+        "--telemetry",
+        choices=["off", "metrics", "full", "sampled", "otlp"],
+        default="off",
+        help="the observer: none, metrics (+ no-op tracing API), metrics + recorded "
+        "spans, or metrics + 10%% sampled spans",
+    )
+    args = p.parse_args()
+    coro = measure(args.database_url, args.orders, args.concurrency, args.database, args.telemetry)
     if importlib.util.find_spec("orderflow.eventloop") is None:
         result, loop = asyncio.run(coro), "asyncio"
     else:

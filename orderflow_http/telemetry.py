@@ -14,6 +14,8 @@ when /metrics is scraped, at most every `probe_ttl_s` seconds.
 from __future__ import annotations
 
 import logging
+import random
+import re
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
@@ -47,6 +49,7 @@ except ImportError:  # pragma: no cover - opentelemetry-api is not installed
     trace = None  # type: ignore[assignment]
 
 log = logging.getLogger("orderflow.metrics")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -278,6 +281,7 @@ class Telemetry:
         # before this is made, as the CLI does): without one they could record nothing, so
         # the worker's path skips them; API requests still pass a caller's trace through.
         self._spans = False
+        self._follows_links = False
         self.tracer_provider: Any = None
         if tracing and trace is not None:
             self.tracer = trace.get_tracer("orderflow", tracer_provider=tracer_provider)
@@ -285,6 +289,12 @@ class Telemetry:
             provider = self.tracer_provider = tracer_provider or trace.get_tracer_provider()
             self._spans = not isinstance(
                 provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+            )
+            # orderflow's default sampler (`orderflow.tracing`) drops a root linked to a trace
+            # not sampled: such a step attempt's span is made here directly, not by the SDK.
+            sampler = getattr(provider, "sampler", None)
+            self._follows_links = sampler is not None and sampler.get_description().startswith(
+                FOLLOW_LINKS_DESCRIPTION
             )
         self._step_names: dict[str, str] = {}
         self._call_names: dict[tuple[str, str], str] = {}
@@ -361,19 +371,16 @@ class Telemetry:
         started = time.time_ns()
         span = None
         if self._spans:
-            links: tuple[Any, ...] = ()
-            if trace_parent:
-                linked = trace.get_current_span(
-                    self._propagator.extract({"traceparent": trace_parent})
-                ).get_span_context()
-                if linked.is_valid:
-                    links = (trace.Link(linked),)
-            span = self.tracer.start_span(
-                _name(self._step_names, kind, "step ", kind),
-                context=_ROOT,  # a root: the creating request is a link
-                links=links,
-                start_time=started,
-            )
+            linked = _span_context(trace_parent) if trace_parent else None
+            if linked is not None and self._follows_links and not linked.trace_flags.sampled:
+                span = _dropped_root()  # what the SDK would make, a quarter of its cost
+            else:
+                span = self.tracer.start_span(
+                    _name(self._step_names, kind, "step ", kind),
+                    context=_ROOT,  # a root: the creating request is a link (samplers see it)
+                    links=(trace.Link(linked),) if linked is not None else (),
+                    start_time=started,
+                )
             if span.is_recording():  # attributes only for a sampled span
                 span.set_attributes(
                     {
@@ -428,8 +435,8 @@ class Telemetry:
     def inject(self, headers: MutableMapping[str, str]) -> None:
         """Add the W3C `traceparent` (and `tracestate`) of the current span to outgoing headers;
         nothing when no span is current (the propagator's own checks, done once here)."""
-        if self.tracer is not None and trace.get_current_span().get_span_context().is_valid:
-            self._propagator.inject(headers)
+        if self.tracer is not None:
+            _inject(trace.get_current_span().get_span_context(), headers)
 
     def watch_bulkhead(self, service: str, bulkhead: Bulkhead) -> None:
         self.bulkheads[service] = bulkhead
@@ -468,11 +475,51 @@ class Telemetry:
         if self.tracer is None:
             return None
         carrier: dict[str, str] = {}
-        self._propagator.inject(carrier)
+        _inject(trace.get_current_span().get_span_context(), carrier)
         return carrier.get("traceparent")
 
 
 _ROOT: Any = otel_context.Context() if trace is not None else None
+_NOT_SAMPLED: Any = trace.TraceFlags(trace.TraceFlags.DEFAULT) if trace is not None else None
+_random_bits = random.getrandbits  # as the SDK's RandomIdGenerator makes ids
+# The description `orderflow.tracing`'s default sampler gives (ParentBased around FollowLinks).
+FOLLOW_LINKS_DESCRIPTION = "ParentBased{root:FollowLinks{"
+
+
+def _dropped_root() -> Any:
+    """The span of a root the sampler dropped: a fresh trace, not sampled, not recording (the
+    services still receive its `traceparent`)."""
+    ids = trace.SpanContext(_random_bits(128) or 1, _random_bits(64) or 1, False, _NOT_SAMPLED)
+    return trace.NonRecordingSpan(ids)
+
+
+def _inject(context: Any, headers: MutableMapping[str, str]) -> None:
+    """W3C trace context headers for a span context, as `TraceContextTextMapPropagator.inject`
+    writes them (version 00), without its context lookups: nothing for an invalid context."""
+    if not context.is_valid:
+        return
+    headers["traceparent"] = (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )
+    if context.trace_state:
+        headers["tracestate"] = context.trace_state.to_header()
+
+
+def _span_context(traceparent: str) -> Any:
+    """The remote span context a stored W3C `traceparent` names (read as the propagator reads
+    it: version 00 exactly, later versions' first four fields), or None when it is malformed or
+    invalid (all-zero ids, version ff)."""
+    match = _TRACEPARENT.fullmatch(traceparent)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    context = trace.SpanContext(
+        int(trace_id, 16), int(span_id, 16), is_remote=True,
+        trace_flags=trace.TraceFlags(int(flags, 16)),
+    )  # fmt: skip
+    return context if context.is_valid else None
 
 
 class _Unobserved:

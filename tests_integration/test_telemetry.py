@@ -1,5 +1,6 @@
 """The telemetry's cost controls, with the real SDK and prometheus-client (no database): the
-sampler the CLI's provider takes from OTEL_TRACES_SAMPLER (a tenth of the traces by default),
+sampler the CLI's provider takes from OTEL_TRACES_SAMPLER (1 % of the traces by default, the
+steps of an order following the request that created it),
 the batch processor, what a sampled-out attempt still counts, the worker's spans skipped without
 an SDK while a caller's trace still passes through, one clock read shared by a span and its
 histogram, and the metric names kept by the table that makes them."""
@@ -22,7 +23,7 @@ from orderflow import tracing
 from orderflow_core.model import Claim
 from orderflow_core.ports import CallContext
 from orderflow_core.states import StepKind
-from orderflow_http.telemetry import DURATION_BUCKETS, Telemetry
+from orderflow_http.telemetry import DURATION_BUCKETS, FOLLOW_LINKS_DESCRIPTION, Telemetry
 
 CALLER = "00-abababababababababababababababab-cdcdcdcdcdcdcdcd-01"
 CLAIM = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.CHARGE, 2, "worker-t", datetime.now(UTC))
@@ -46,7 +47,7 @@ def _sample(telemetry: Telemetry, name: str, **labels: str) -> float | None:
     return found
 
 
-def test_the_cli_provider_batches_and_samples_a_tenth_unless_told_otherwise(
+def test_the_cli_provider_batches_and_samples_one_in_a_hundred_unless_told_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
@@ -58,10 +59,13 @@ def test_the_cli_provider_batches_and_samples_a_tenth_unless_told_otherwise(
     try:
         processors = provider._active_span_processor._span_processors
         assert [type(p) for p in processors] == [BatchSpanProcessor]
-        # 2000 new traces at 10 %: 200 expected, far outside 120..280 only by a broken ratio.
-        assert 120 <= _recorded(provider, 2000) <= 280
+        # 4000 new traces at 1 %: 40 expected, far outside 15..70 only by a broken ratio.
+        assert 15 <= _recorded(provider, 4000) <= 70
         # A caller that sampled its trace has the request recorded whatever the ratio.
-        assert provider.sampler.get_description().startswith("ParentBased{root:TraceIdRatio")
+        assert provider.sampler.get_description().startswith(
+            "ParentBased{root:FollowLinks{TraceIdRatioBased{0.01}}"
+        )
+        assert provider.sampler.get_description().startswith(FOLLOW_LINKS_DESCRIPTION)
     finally:
         provider.shutdown()
     for sampler, argument, recorded in (
@@ -77,6 +81,80 @@ def test_the_cli_provider_batches_and_samples_a_tenth_unless_told_otherwise(
             assert _recorded(provider, 500) == recorded, sampler
         finally:
             provider.shutdown()
+
+
+def _linked_attempts_recorded(telemetry: Telemetry, exporter: InMemorySpanExporter,
+                              flags: str | None, attempts: int) -> int:  # fmt: skip
+    exporter.clear()
+    for i in range(attempts):
+        parent = None if flags is None else f"00-{uuid.uuid4().hex}-{i + 1:016x}-{flags}"
+        with telemetry.step_attempt(CLAIM, "worker-t", parent) as attempt:
+            attempt.finished("succeeded")
+    return len(exporter.get_finished_spans())
+
+
+def test_by_default_an_orders_steps_are_traced_exactly_when_its_creating_request_was(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")  # alone: the ratio of new traces
+    provider = tracing.tracer_provider()
+    try:
+        assert "TraceIdRatioBased{0.5}" in provider.sampler.get_description()
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        telemetry = Telemetry(tracer_provider=provider)
+        # Whatever the ratio, an order's steps follow the sampled flag of its creating trace...
+        assert _linked_attempts_recorded(telemetry, exporter, "01", 200) == 200
+        assert _linked_attempts_recorded(telemetry, exporter, "00", 200) == 0
+        # Such a step still sends the services a trace context of its own, not sampled.
+        unsampled = f"00-{'ab' * 16}-{'cd' * 8}-00"
+        sent: dict[str, str] = {}
+        with telemetry.step_attempt(CLAIM, "worker-t", unsampled) as attempt:
+            with telemetry.external_call("payments", "charge", CALL):
+                telemetry.inject(sent)
+            attempt.finished("succeeded")
+        version, trace_id, span_id, flags = sent["traceparent"].split("-")
+        assert (version, flags) == ("00", "00")
+        assert trace_id not in ("ab" * 16, "0" * 32)
+        assert span_id != "0" * 16
+        # ...and a step whose order kept no (or no readable) trace context is sampled at the
+        # ratio: 1000 at 50 %, outside 400..600 only by a broken ratio.
+        assert 400 <= _linked_attempts_recorded(telemetry, exporter, None, 1000) <= 600
+        assert 400 <= _linked_attempts_recorded(telemetry, exporter, "zz", 1000) <= 600
+    finally:
+        provider.shutdown()
+    for bad in ("1.5", "most"):
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", bad)
+        with caplog.at_level("WARNING", logger="orderflow.tracing"):
+            assert tracing.sample_ratio() == tracing.DEFAULT_SAMPLE_RATIO
+        assert f"OTEL_TRACES_SAMPLER_ARG={bad!r}" in caplog.text
+
+
+def test_a_stored_traceparent_is_linked_only_when_it_reads_as_the_w3c_format() -> None:
+    telemetry, exporter = _collecting()
+    valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    for stored, linked in (
+        (valid, True),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00-later", True),
+        (valid + "-extra", False),  # version 00 has exactly four fields
+        ("00-00000000000000000000000000000000-b7ad6b7169203331-01", False),
+        ("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", False),
+        ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", False),
+        ("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", False),
+        ("00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", False),
+        ("00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01", False),
+        ("", False),
+    ):
+        exporter.clear()
+        with telemetry.step_attempt(CLAIM, "worker-t", stored) as attempt:
+            attempt.finished("succeeded")
+        (span,) = exporter.get_finished_spans()
+        assert bool(span.links) is linked, stored
+        if linked:
+            assert f"{span.links[0].context.trace_id:032x}" == stored.split("-")[1]
+            assert span.links[0].context.is_remote
 
 
 def test_a_sampled_out_attempt_exports_nothing_but_is_counted_and_still_propagates() -> None:
