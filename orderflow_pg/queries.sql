@@ -79,9 +79,15 @@ SELECT
 -- the parts may reference each other; history, events and audit keep the documents' order.
 -- A document decided on a copy of the order the store kept from its own last write
 -- (`expect_version`, `expect_steps`) is written only if, under row locks taken here (orders in
--- order_id order, then their steps), the order's version and every step's (id, attempt,
--- status) are still the copy's; otherwise nothing of it is written and the store reads the
--- order and decides again. Every write of an order raises its version.
+-- order_id order, then their live steps), the order's version and every live step's (id,
+-- attempt, status) are still the copy's; otherwise nothing of it is written and the store
+-- reads the order and decides again. Every write of an order raises its version, so only what
+-- changes a step without writing its order needs the step rows: a claim (`claim_due`, which
+-- takes only pending, retry-scheduled and running steps) and a lease renewal (which changes
+-- none of the three). Finished steps are neither locked nor compared: each lock is a WAL record.
+-- Steps and attempts are inserted plainly (`new_steps`, `new_attempts`) or updated (`steps`,
+-- `attempts`): writes.py knows which from the aggregate the change was decided on, and an
+-- upsert's speculative insertion costs a WAL record of its own per row.
 -- One row per document says whether it was applied.
 WITH docs AS (
     SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
@@ -95,6 +101,7 @@ WITH docs AS (
     SELECT s.order_id, s.step_id, s.attempt, s.status
     FROM workflow_steps AS s
     WHERE s.order_id IN (SELECT held.order_id FROM held)
+      AND s.status IN ('pending', 'retry_scheduled', 'running')
     ORDER BY s.order_id, s.seq
     FOR UPDATE
 ), verified AS (
@@ -150,7 +157,7 @@ WITH docs AS (
         attention_since = r.attention_since, version = o.version + 1
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'order') AS r
     WHERE fence.d ? 'order' AND o.order_id = r.order_id
-), steps AS (
+), new_steps AS (
     INSERT INTO workflow_steps (
         step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
         max_attempts, armed_attempt, next_attempt_at, lease_owner, lease_expires_at,
@@ -160,20 +167,25 @@ WITH docs AS (
         r.step_id, r.order_id, r.kind, r.seq, r.status, r.idempotency_key, r.created_at,
         r.attempt, r.max_attempts, r.armed_attempt, r.next_attempt_at, r.lease_owner,
         r.lease_expires_at, r.last_error, r.result, r.refund_id
+    FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'new_steps') AS r
+), steps AS (
+    UPDATE workflow_steps AS s SET
+        status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
+        armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
+        lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
+        last_error = r.last_error, result = r.result, refund_id = r.refund_id
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
-    ON CONFLICT (step_id) DO UPDATE SET
-        status = EXCLUDED.status, attempt = EXCLUDED.attempt,
-        max_attempts = EXCLUDED.max_attempts, armed_attempt = EXCLUDED.armed_attempt,
-        next_attempt_at = EXCLUDED.next_attempt_at, lease_owner = EXCLUDED.lease_owner,
-        lease_expires_at = EXCLUDED.lease_expires_at, last_error = EXCLUDED.last_error,
-        result = EXCLUDED.result, refund_id = EXCLUDED.refund_id
-), attempts AS (
+    WHERE s.step_id = r.step_id
+), new_attempts AS (
     INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
     SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
+    FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'new_attempts') AS r
+), attempts AS (
+    UPDATE step_attempts AS a SET
+        started_at = r.started_at, worker = r.worker, finished_at = r.finished_at,
+        outcome = r.outcome, error = r.error
     FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'attempts') AS r
-    ON CONFLICT (step_id, attempt) DO UPDATE SET
-        started_at = EXCLUDED.started_at, worker = EXCLUDED.worker,
-        finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
+    WHERE a.step_id = r.step_id AND a.attempt = r.attempt
 ), refunds AS (
     INSERT INTO refunds (
         refund_id, order_id, amount_minor, reason, status, requested_by, created_at,
@@ -204,7 +216,7 @@ WITH docs AS (
     FROM xact, fence,
         jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
-    ON CONFLICT (event_id) DO NOTHING
+    ON CONFLICT (event_id) DO NOTHING  -- the port's promise: a replayed event id lands once
 ), audit AS (
     INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
     SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details

@@ -22,6 +22,11 @@ from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
+# The statuses `claim_due` takes a step from, so the ones a kept copy's steps are checked in.
+CLAIMABLE_STATUSES = frozenset(
+    {StepStatus.PENDING, StepStatus.RETRY_SCHEDULED, StepStatus.RUNNING}
+)
+
 
 async def insert_new_order(conn: Connection, change: Change) -> None:
     """Write a new order with everything that comes with it."""
@@ -63,13 +68,21 @@ def change_doc(
         doc["new_order" if new else "order"] = rows.order_doc(change.order)
     elif before is not None and not change.is_empty:
         doc["order"] = rows.order_doc(before.order)  # unchanged, but its version goes up
-    doc["steps"] = [rows.step_doc(s) for s in change.steps if s is not guarded]
-    doc["attempts"] = [
-        rows.attempt_doc(s.step_id, a)
-        for s in change.steps
-        for a in s.attempts
-        if before is None or a not in _attempts_of(before, s.step_id)
-    ]
+    # Inserted or updated: what the change was decided on says which (a step or attempt it
+    # did not have is new; without it, everything is).
+    doc["new_steps"], doc["steps"] = [], []
+    doc["new_attempts"], doc["attempts"] = [], []
+    for step in change.steps:
+        had = before.step(step.step_id) if before is not None else None
+        if step is not guarded:
+            doc["steps" if had is not None else "new_steps"].append(rows.step_doc(step))
+        known = {a.attempt: a for a in had.attempts} if had is not None else {}
+        for attempt in step.attempts:
+            old = known.get(attempt.attempt)
+            if old is None:
+                doc["new_attempts"].append(rows.attempt_doc(step.step_id, attempt))
+            elif old != attempt:
+                doc["attempts"].append(rows.attempt_doc(step.step_id, attempt))
     doc["refunds"] = [rows.refund_doc(r) for r in change.refunds]
     doc["history"] = [rows.history_doc(h) for h in change.history]
     doc["events"] = [rows.event_doc(e) for e in change.events]
@@ -110,19 +123,18 @@ def _json_value(value: object) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
-def _attempts_of(aggregate: OrderAggregate, step_id: UUID) -> tuple[object, ...]:
-    step = aggregate.step(step_id)
-    return step.attempts if step is not None else ()
-
-
 def expecting(doc: dict[str, Any], version: int, kept: OrderAggregate) -> dict[str, Any]:
     """`doc`, to be written only while the order is still as `kept` (at `version`) says."""
     return {
         **doc,
         "expect_order": kept.order.order_id,
         "expect_version": version,
-        "expect_steps": sorted(
-            ([str(s.step_id), s.attempt, s.status.value] for s in kept.steps),
+        "expect_steps": sorted(  # the live ones: what a claim may change (apply_changes)
+            (
+                [str(s.step_id), s.attempt, s.status.value]
+                for s in kept.steps
+                if s.status in CLAIMABLE_STATUSES
+            ),
             key=lambda entry: str(entry[0]),
         ),
     }
