@@ -131,6 +131,20 @@ class World(Driving):
     ) -> None:
         # A store bound to a loop (a PgOrderStore's pool) comes with that loop.
         self.loop = loop or asyncio.new_event_loop()
+        try:
+            self._build(executors, checkpoint, store, process_version)
+        except BaseException:  # (a mutant under test raising here): no loop left open
+            if loop is None:
+                self.loop.close()
+            raise
+
+    def _build(
+        self,
+        executors: int,
+        checkpoint: Checkpoint | None,
+        store: OrderStore | None,
+        process_version: int,
+    ) -> None:
         self.clock = FakeClock()
         self.store: OrderStore = store if store is not None else InMemoryOrderStore()
         self.order_ids: list[UUID] = []
@@ -174,6 +188,8 @@ class World(Driving):
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-        self.loop.run_until_complete(cancel_all())
-        if close_loop:
-            self.loop.close()
+        try:
+            self.loop.run_until_complete(cancel_all())
+        finally:
+            if close_loop:
+                self.loop.close()
