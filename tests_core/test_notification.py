@@ -4,19 +4,22 @@ puts the order on the attention list without changing its state."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from uuid import UUID
 
 import attrs
 import pytest
 
-from orderflow_core import OrderState, StepKind, StepStatus
+from orderflow_core import OrderState, StepKind, StepStatus, saga
+from orderflow_core.context import Context
 from orderflow_core.errors import NotRetryable
 from orderflow_core.model import Step
+from orderflow_core.outcomes import Succeeded
 from orderflow_core.service import OrderService
 from orderflow_core.states import AttentionReason
 from orderflow_core.testing import InMemoryUsers
-from tests_core.world import CUSTOMER, OPERATOR, World
+from tests_core.world import CUSTOMER, OPERATOR, World, sequential_ids
 
 
 @pytest.fixture
@@ -55,9 +58,15 @@ def test_a_version_2_order_is_shipped_and_then_its_customer_notified_once(world:
     [call] = [c for c in world.sim.ledger(order_id=str(order_id))["calls"]
               if c["service"] == "notifications"]
     assert (call["operation"], call["step_id"]) == ("notify", str(step.step_id))
+    # The step keeps the service's answer; the event names the template and the message.
+    assert step.result == {"message_id": message["message_id"], "status": "sent"}
     assert world.publish() > 0
     events = world.run(world.service.events(OPERATOR, after=0, limit=100))
-    assert "customer.notified" in [e.type for e in events if e.order_id == order_id]
+    [notified] = [e for e in events if e.order_id == order_id and e.type == "customer.notified"]
+    assert (notified.payload["template"], notified.payload["message_id"]) == (
+        "shipped",
+        message["message_id"],
+    )
     assert world.states_visited(order_id)[-1] == ("shipping", "shipped")
 
 
@@ -90,24 +99,31 @@ def test_a_transient_notification_is_retried_under_the_same_key(world: World) ->
 
 
 @pytest.mark.parametrize(
-    ("outcomes", "status"),
-    [(["permanent"], StepStatus.FAILED), (["transient"] * 5, StepStatus.FAILED)],
+    ("outcomes", "status", "error"),
+    [
+        (["permanent"], StepStatus.FAILED, "undeliverable_address"),  # the refusal's code
+        (["transient"] * 5, StepStatus.FAILED, None),
+    ],
     ids=["refused", "exhausted"],
 )
 def test_a_notification_that_stops_puts_the_shipped_order_on_the_attention_list(
-    world: World, outcomes: list[str], status: StepStatus
+    world: World, outcomes: list[str], status: StepStatus, error: str | None
 ) -> None:
     order_id = world.create()
     world.sim.script("notifications", "notify", outcomes, str(order_id))
     world.settle()
     aggregate = world.load(order_id)
     assert aggregate.order.state is OrderState.SHIPPED
-    assert notify_step(world, order_id).status is status
+    stopped = notify_step(world, order_id)
+    assert stopped.status is status
+    if error is not None:
+        assert stopped.last_error == error
+    assert stopped.result == {}  # nothing the service answered is kept
     assert aggregate.order.attention_reason == AttentionReason.NOTIFICATION_FAILED
     assert waiting(world) == [order_id]
     assert messages(world, order_id) == []
 
-    with pytest.raises(NotRetryable):
+    with pytest.raises(NotRetryable, match=r"^only an operator may retry the notification$"):
         world.run(world.service.retry(CUSTOMER, order_id))
     world.run(world.service.retry(OPERATOR, order_id))
     world.settle()
@@ -168,3 +184,22 @@ def test_orders_keep_their_version_whatever_the_service_now_creates() -> None:
 def test_an_unknown_process_version_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match=r"unknown process version 9; known: \[1, 2\]"):
         OrderService(None, None, InMemoryUsers(), process_version=9)  # type: ignore[arg-type]
+
+
+def test_a_step_kind_outside_the_orders_process_version_is_refused_naming_both() -> None:
+    """A claim of a kind its order's version does not define (a v1 order has no notification)
+    is a programming error, refused before anything is decided, naming version and kind."""
+    w = World(process_version=1)
+    try:
+        w.create()
+        [claim] = w.run(w.store.claim_due(owner="worker-0", now=w.clock.now(), limit=1, lease_s=30))
+        aggregate = w.load(claim.order_id)
+        foreign = attrs.evolve(claim, kind=StepKind.NOTIFY_CUSTOMER)
+        draw = random.Random(0).random
+        ctx = Context(w.clock.now(), "worker-0", w.timing, sequential_ids(), draw)
+        with pytest.raises(ValueError, match=r"^process version 1 has no notify_customer step$"):
+            saga.decide_start(aggregate, foreign, ctx)
+        with pytest.raises(ValueError, match=r"^process version 1 has no notify_customer step$"):
+            saga.decide_result(aggregate, foreign, Succeeded({"message_id": "m"}), ctx)
+    finally:
+        w.close()
