@@ -37,6 +37,9 @@ class PausableProxy:
         self._flowing = asyncio.Event()
         self._refusing = False
         self._writers: set[asyncio.StreamWriter] = set()
+        # Each connection's task, so closing ends them all: a task left pending when the loop
+        # closes is reported at garbage collection, which may run inside any other code.
+        self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -100,6 +103,10 @@ class PausableProxy:
         future.result(timeout=10)
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         self.accepted += 1
         if self._refusing:
             client_w.transport.abort()
@@ -129,6 +136,8 @@ class PausableProxy:
                 await self._flowing.wait()
                 sink.write(data)
                 await sink.drain()
+        except ConnectionError:
+            pass  # the other side went away (or was cut): this direction is over
         finally:
             # One side ended: end the other, so neither end waits on a half-open link.
             sink.close()
@@ -142,3 +151,7 @@ class PausableProxy:
         if self._server is not None:
             self._server.close()
         await self._abort_all()
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
