@@ -129,7 +129,6 @@ def micro(iterations: int) -> None:
         SpanExporter,
         SpanExportResult,
     )
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased  # noqa: PLC0415
 
     from orderflow import tracing  # noqa: PLC0415
     from orderflow_core.model import Claim  # noqa: PLC0415
@@ -148,7 +147,7 @@ def micro(iterations: int) -> None:
         return provider
 
     ratio = tracing.DEFAULT_SAMPLE_RATIO
-    default = ParentBased(tracing.follow_links_sampler(TraceIdRatioBased(ratio)))
+    default = tracing.default_sampler(ratio)
     claim = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.RESERVE, 1, "w", datetime.now(UTC))
     call = CallContext(claim.order_id, claim.step_id, "key")
     observers: list[tuple[str, Any]] = [

@@ -21,19 +21,20 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from bench import cpu, launch, pgadmin, walstats
 from bench.run import DEFAULT_URL
 from orderflow import tracing
-from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing, observe
+from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http.api.metrics import traced_request
 from orderflow_http.telemetry import Telemetry
 from orderflow_pg import PgOrderStore
 from orderflow_pg.migrate import migrate
@@ -45,24 +46,19 @@ POLL_S = 0.05
 
 async def _create(store: PgOrderStore, orders: int, observer: Any = None) -> None:
     """Orders ready to run; with telemetry on, each created under a request span the way the
-    API's middleware makes one (so the order keeps its trace context, sampled or not, and its
-    steps' spans link it and follow its sampling decision)."""
+    API's middleware makes one (`traced_request`: the order keeps its trace context, sampled or
+    not, and its steps' spans link it and follow its sampling decision)."""
     service = OrderService(store, SystemClock(), store.users, process_version=1)
     gate = asyncio.Semaphore(10)
     traced = observer is not None and observer.tracer is not None
 
     async def one(i: int) -> None:
+        scope = traced_request(observer, "POST", "/api/v1/orders", {}) if traced else nullcontext()
         async with gate:
-            if not traced:
+            with scope as seen:
                 await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
-                return
-            with observer.api_request("POST", "/api/v1/orders", {}) as seen:
-                token = observe.request_trace_parent.set(observer.current_trace_parent())
-                try:
-                    await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
-                finally:
-                    observe.request_trace_parent.reset(token)
-                seen.finished("201")
+                if seen is not None:
+                    seen.finished("202")
 
     await asyncio.gather(*(one(i) for i in range(orders)))
 
@@ -110,11 +106,7 @@ def _telemetry(mode: str) -> Any:
         return Telemetry()
     if mode == "otlp":
         return Telemetry(tracer_provider=tracing.tracer_provider())
-    sampler = (
-        ParentBased(tracing.follow_links_sampler(TraceIdRatioBased(0.1)))
-        if mode == "sampled"
-        else None
-    )
+    sampler = tracing.default_sampler(0.1) if mode == "sampled" else None
 
     class Dropping(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

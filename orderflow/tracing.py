@@ -44,6 +44,8 @@ def follow_links_sampler(root: Any) -> Any:
         SamplingResult,
     )
 
+    from orderflow_http.telemetry import FOLLOW_LINKS  # noqa: PLC0415 - the name it checks for
+
     class FollowLinks(Sampler):
         def should_sample(  # the SDK's signature
             self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
@@ -60,9 +62,20 @@ def follow_links_sampler(root: Any) -> Any:
             )
 
         def get_description(self) -> str:
-            return f"FollowLinks{{{root.get_description()}}}"
+            return f"{FOLLOW_LINKS}{{{root.get_description()}}}"
 
     return FollowLinks()
+
+
+def default_sampler(ratio: float) -> Any:
+    """orderflow's sampler: parent based, roots following the trace they link, others at
+    `ratio` (what `tracer_provider` installs when OTEL_TRACES_SAMPLER is unset)."""
+    from opentelemetry.sdk.trace.sampling import (  # noqa: PLC0415 - the `otel` extra
+        ParentBased,
+        TraceIdRatioBased,
+    )
+
+    return ParentBased(follow_links_sampler(TraceIdRatioBased(ratio)))
 
 
 def sample_ratio() -> float:
@@ -94,10 +107,6 @@ def tracer_provider() -> Any:
         from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
-        from opentelemetry.sdk.trace.sampling import (  # noqa: PLC0415
-            ParentBased,
-            TraceIdRatioBased,
-        )
     except ImportError:
         log.warning(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OTLP exporter is not installed "
@@ -107,7 +116,7 @@ def tracer_provider() -> Any:
     name = os.environ.get("OTEL_SERVICE_NAME") or "orderflow"
     sampler = None  # the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
     if not os.environ.get("OTEL_TRACES_SAMPLER"):
-        sampler = ParentBased(follow_links_sampler(TraceIdRatioBased(sample_ratio())))
+        sampler = default_sampler(sample_ratio())
     provider = TracerProvider(resource=Resource.create({"service.name": name}), sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider

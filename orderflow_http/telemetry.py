@@ -482,8 +482,10 @@ class Telemetry:
 _ROOT: Any = otel_context.Context() if trace is not None else None
 _NOT_SAMPLED: Any = trace.TraceFlags(trace.TraceFlags.DEFAULT) if trace is not None else None
 _random_bits = random.getrandbits  # as the SDK's RandomIdGenerator makes ids
-# The description `orderflow.tracing`'s default sampler gives (ParentBased around FollowLinks).
-FOLLOW_LINKS_DESCRIPTION = "ParentBased{root:FollowLinks{"
+# The name of `orderflow.tracing`'s link-following sampler, and how the description of its
+# default sampler (ParentBased around it) begins.
+FOLLOW_LINKS = "FollowLinks"
+FOLLOW_LINKS_DESCRIPTION = f"ParentBased{{root:{FOLLOW_LINKS}{{"
 
 
 def _dropped_root() -> Any:

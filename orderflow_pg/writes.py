@@ -22,11 +22,6 @@ from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
-# The statuses `claim_due` takes a step from, so the ones a kept copy's steps are checked in.
-CLAIMABLE_STATUSES = frozenset(
-    {StepStatus.PENDING, StepStatus.RETRY_SCHEDULED, StepStatus.RUNNING}
-)
-
 
 async def insert_new_order(conn: Connection, change: Change) -> None:
     """Write a new order with everything that comes with it."""
@@ -129,11 +124,11 @@ def expecting(doc: dict[str, Any], version: int, kept: OrderAggregate) -> dict[s
         **doc,
         "expect_order": kept.order.order_id,
         "expect_version": version,
-        "expect_steps": sorted(  # the live ones: what a claim may change (apply_changes)
+        "expect_steps": sorted(  # the live ones: those a claim may take (apply_changes)
             (
                 [str(s.step_id), s.attempt, s.status.value]
                 for s in kept.steps
-                if s.status in CLAIMABLE_STATUSES
+                if s.is_due_or_running
             ),
             key=lambda entry: str(entry[0]),
         ),

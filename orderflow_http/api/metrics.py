@@ -6,10 +6,14 @@ so an order id never becomes a label; a path no route matches is `unmatched`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from orderflow_core import observe
+from orderflow_core.observe import AttemptObservation
 from orderflow_http.telemetry import Telemetry
 
 METRICS = "/metrics"
@@ -22,23 +26,34 @@ def route_of(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+@contextmanager
+def traced_request(
+    telemetry: Telemetry, method: str, route: str, headers: Mapping[str, str]
+) -> Iterator[AttemptObservation]:
+    """One API request observed (`Telemetry.api_request`), its trace context offered to the
+    core meanwhile (`observe.request_trace_parent`), so an order it creates keeps it; tell the
+    observation the status."""
+    with telemetry.api_request(method, route, headers) as seen:
+        token = observe.request_trace_parent.set(telemetry.current_trace_parent())
+        try:
+            yield seen
+        finally:
+            observe.request_trace_parent.reset(token)
+
+
 def telemetry_middleware(telemetry: Telemetry) -> Middleware:
-    """Count, time and trace each request; a traced request's context is offered to the core
-    (`observe.request_trace_parent`), so an order it creates keeps it."""
+    """Count, time and trace each request (`traced_request`)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        with telemetry.api_request(request.method, route_of(request), request.headers) as seen:
-            token = observe.request_trace_parent.set(telemetry.current_trace_parent())
+        with traced_request(telemetry, request.method, route_of(request), request.headers) as seen:
             try:
                 response = await handler(request)
-                seen.finished(str(response.status))
-                return response
             except web.HTTPException as exc:
                 seen.finished(str(exc.status))
                 raise
-            finally:
-                observe.request_trace_parent.reset(token)
+            seen.finished(str(response.status))
+            return response
 
     return middleware
 
