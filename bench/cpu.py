@@ -89,12 +89,15 @@ def locate_postgres(server_url: str) -> Postgres:
     with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
         host = conn.info.host
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        # Read the backend while its connection is open: once closed, it exits, and a read
+        # after that found nothing now and then (PostgreSQL's CPU silently counted as 0).
+        fields = _stat(int(row[0])) if row else None
+        backend_is_postgres = bool(row) and _comm(int(row[0])).startswith(POSTGRES)
     if not _is_local(host):
         return Postgres(None, f"PostgreSQL at {host} is not on this machine: its CPU is "
                               "not counted")
-    fields = _stat(int(row[0])) if row else None
     parent = int(fields[PPID]) if fields else 0
-    if not (fields and _comm(int(row[0])).startswith(POSTGRES) and _is_postmaster(parent)):
+    if not (fields and backend_is_postgres and _is_postmaster(parent)):
         return Postgres(None, "the server's processes are not visible in /proc (another PID "
                               "namespace?): PostgreSQL's CPU is not counted")
     return Postgres(parent)

@@ -194,7 +194,9 @@ async def measure(
     return {
         "orders_per_s": round(orders / elapsed, 1),
         "worker_cpu_ms_per_order": round(1000 * worker_s / orders, 2),
-        "postgres_cpu_ms_per_order": round(1000 * pg_s / orders, 2),
+        "postgres_cpu_ms_per_order": (
+            round(1000 * pg_s / orders, 2) if postgres.postmaster else postgres.note
+        ),
         "xacts_per_order": round(xacts / orders, 2),
         "statements_per_order": round(sent / orders, 2),
         "commit_batches": getattr(getattr(executor, "commits", None), "batches", None),
