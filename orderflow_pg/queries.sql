@@ -24,8 +24,10 @@ SELECT
 WITH o AS (
     SELECT * FROM orders WHERE order_id = ANY(%(order_ids)s::uuid[]) ORDER BY order_id FOR UPDATE
 ), s AS (
+    -- The same ids as the orders' (not a join to `o`): a join estimated from default
+    -- statistics hashed a sequential scan of every step, the whole table each call.
     SELECT * FROM workflow_steps
-    WHERE order_id IN (SELECT order_id FROM o)
+    WHERE order_id = ANY(%(order_ids)s::uuid[]) AND order_id IN (SELECT order_id FROM o)
     ORDER BY order_id, seq
     FOR UPDATE
 )
@@ -120,6 +122,9 @@ WITH docs AS (
     FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
     WHERE docs.d ? 'guarded_step'
       AND s.step_id = r.step_id
+      AND s.step_id = ANY (ARRAY(
+          SELECT (g.d -> 'guarded_step' ->> 'step_id')::uuid FROM docs AS g
+          WHERE g.d ? 'guarded_step'))
       AND s.attempt = (docs.d ->> 'guard_attempt')::integer
       AND s.lease_owner = docs.d ->> 'guard_owner'
       AND s.status = 'running'
@@ -176,6 +181,8 @@ WITH docs AS (
         last_error = r.last_error, result = r.result, refund_id = r.refund_id
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
     WHERE s.step_id = r.step_id
+      AND s.step_id = ANY (ARRAY(
+          SELECT (e ->> 'step_id')::uuid FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
 ), new_attempts AS (
     INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
     SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
@@ -186,6 +193,9 @@ WITH docs AS (
         outcome = r.outcome, error = r.error
     FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'attempts') AS r
     WHERE a.step_id = r.step_id AND a.attempt = r.attempt
+      AND a.step_id = ANY (ARRAY(
+          SELECT (e ->> 'step_id')::uuid
+          FROM fence, jsonb_array_elements(fence.d -> 'attempts') AS e))
 ), refunds AS (
     INSERT INTO refunds (
         refund_id, order_id, amount_minor, reason, status, requested_by, created_at,
