@@ -150,6 +150,7 @@ async def serve(settings: Settings) -> None:
                 runtime.serving_api(store, settings, telemetry) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
+                await runtime.warn_if_autovacuum_off(store)
                 left = await runtime.run_workers(
                     store, services, settings, PgWakeUps(url), stop, telemetry
                 )
@@ -170,6 +171,7 @@ async def worker(settings: Settings) -> None:
                 print(f"orderflow worker {settings.worker_id} running", flush=True)
                 if metrics_url:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
+                await runtime.warn_if_autovacuum_off(store)
                 left = await runtime.run_workers(
                     store, services, settings, PgWakeUps(url), stop, telemetry
                 )
@@ -186,6 +188,7 @@ async def api(settings: Settings) -> None:
             telemetry = runtime.make_telemetry(settings, store)
             async with runtime.serving_api(store, settings, telemetry) as api_url:
                 print(f"orderflow API: {api_url}/api/v1", flush=True)
+                await runtime.warn_if_autovacuum_off(store)
                 await stop.wait()
 
 

@@ -85,6 +85,24 @@ async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore
         yield store
 
 
+AUTOVACUUM_OFF = (
+    "autovacuum is off on this PostgreSQL server: nothing refreshes the tables' statistics, so "
+    "the plans each connection caches while the tables are small (sequential scans) are kept "
+    "as they grow and every step costs more; turn autovacuum on, or run ANALYZE on a schedule"
+)
+
+
+async def warn_if_autovacuum_off(store: PgOrderStore) -> None:
+    """Log a warning when the server will not keep the statistics fresh; said by the long-running
+    commands once they are up (never by a one-shot command, whose errors are one line)."""
+    try:
+        on = await store.autovacuum_on()
+    except StoreUnavailable:
+        return  # the service's own checks report an unreachable database
+    if not on:
+        log.warning(AUTOVACUUM_OFF)
+
+
 def make_telemetry(
     settings: Settings, store: PgOrderStore, *, database_gauges: bool = True
 ) -> Telemetry:

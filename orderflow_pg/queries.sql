@@ -374,6 +374,10 @@ ORDER BY seq LIMIT %(limit)s
 -- Publish the feed through a seq: one row written however many events the batch holds
 UPDATE outbox_feed SET published_through = %(through)s WHERE published_through < %(through)s
 
+-- autovacuum --
+-- Whether the server refreshes table statistics by itself (start-up warns when it does not)
+SHOW autovacuum
+
 -- ping --
 -- Whether the database answers at all
 SELECT 1 AS ok

@@ -518,6 +518,12 @@ class PgOrderStore:
             return False
         return True
 
+    async def autovacuum_on(self) -> bool:
+        """Whether the server runs autovacuum, which keeps the tables' statistics fresh (and so
+        the plans each connection caches as the tables grow)."""
+        found = await self._fetch_all("autovacuum", {})
+        return bool(found) and found[0]["autovacuum"] != "off"
+
     async def migrations_current(self) -> bool:
         """Readiness: every migration file shipped with this code is applied, unchanged."""
         async with self._db.connection("migrations_current") as conn:
