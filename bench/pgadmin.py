@@ -78,11 +78,12 @@ def xact_commit(server_url: str, name: str) -> int:
 
 
 def server_facts(server_url: str) -> dict[str, Any]:
-    """Version and the settings that decide commit cost."""
+    """Version, the settings that decide commit cost, and autovacuum (off, the tables are never
+    analyzed and each connection keeps the plans it cached while they were small)."""
     with _admin(server_url) as conn:
         facts: dict[str, Any] = {}
         for name in ("server_version", "synchronous_commit", "fsync", "max_connections",
-                     "shared_buffers", "wal_level"):
+                     "shared_buffers", "wal_level", "autovacuum"):
             row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
             facts[name] = row[0] if row else None
     params = conninfo_to_dict(server_url)

@@ -93,7 +93,8 @@ def markdown(results: dict[str, Any]) -> str:
         "# orderflow benchmark — latest run", "",
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['ram_mib']} MiB RAM, PostgreSQL "
         f"{pg['server_version']} (synchronous_commit={pg['synchronous_commit']}, "
-        f"fsync={pg['fsync']}); load average {m['load_average_at_start']} → "
+        f"fsync={pg['fsync']}, autovacuum={pg.get('autovacuum', '?')}); "
+        f"load average {m['load_average_at_start']} → "
         f"{m.get('load_average_at_end')}; launcher `{results['launcher']}`; wall time "
         f"{results['wall_time_s']} s.", "",
         f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
