@@ -376,7 +376,7 @@ UPDATE outbox_feed SET published_through = %(through)s WHERE published_through <
 
 -- autovacuum --
 -- Whether the server refreshes table statistics by itself (start-up warns when it does not)
-SHOW autovacuum
+SELECT current_setting('autovacuum') AS autovacuum
 
 -- ping --
 -- Whether the database answers at all
