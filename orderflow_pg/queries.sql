@@ -24,8 +24,9 @@ SELECT
 WITH o AS (
     SELECT * FROM orders WHERE order_id = ANY(%(order_ids)s::uuid[]) ORDER BY order_id FOR UPDATE
 ), s AS (
-    -- The same ids as the orders' (not a join to `o`): a join estimated from default
-    -- statistics hashed a sequential scan of every step, the whole table each call.
+    -- The ids themselves, beside the semi-join to `o` (which keeps the orders locked before
+    -- their steps): the join alone, estimated from default statistics, hashed a sequential
+    -- scan of every step, the whole table each call.
     SELECT * FROM workflow_steps
     WHERE order_id = ANY(%(order_ids)s::uuid[]) AND order_id IN (SELECT order_id FROM o)
     ORDER BY order_id, seq
