@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
 
 import attrs
 
+from orderflow_core.ids import uuid7
 from orderflow_core.retry import RetryPolicy
 
 
@@ -35,5 +35,5 @@ class Context:
     now: datetime
     actor: str
     timing: Timing = attrs.field(factory=Timing)
-    new_id: Callable[[], UUID] = uuid.uuid4
+    new_id: Callable[[], UUID] = uuid7
     random: Callable[[], float] | None = None

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import attrs
 
-from orderflow_core import attention, transitions
+from orderflow_core import attention, ids, transitions
 from orderflow_core.context import Context
 from orderflow_core.model import (
     ApiIdempotency,
@@ -25,9 +24,6 @@ from orderflow_core.model import (
 )
 from orderflow_core.states import DUE_STATUSES, OrderState, StepKind, StepStatus
 from orderflow_core.vocabulary import Audit, Event, state_event, step_audit
-
-# Event ids are uuid5 under this namespace: the same event of the same order has the same id.
-EVENT_NAMESPACE = uuid.UUID("6f1d7a52-3c7e-4b8e-9a41-0e5c2b7d9f10")
 
 
 class Draft:
@@ -106,7 +102,7 @@ class Draft:
         seq = self.order.event_seq + 1
         self.set_order(event_seq=seq)
         order_id = self.order.order_id
-        event_id = uuid.uuid5(EVENT_NAMESPACE, f"{order_id}:{seq}")
+        event_id = ids.event_id(order_id, seq)
         # Every event names who caused it, as audit entries and history do: `<role>:<user>`
         # for a request made with a user's token, the worker's id for an executor's step.
         body = {"order_id": str(order_id), "actor": self.ctx.actor, **payload}

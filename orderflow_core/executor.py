@@ -7,11 +7,10 @@ import asyncio
 import contextlib
 import logging
 import random as _random
-import uuid
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from orderflow_core import logfields, saga
+from orderflow_core import ids, logfields, saga
 from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
@@ -48,7 +47,7 @@ class Executor:
         worker_id: str,
         timing: Timing | None = None,
         checkpoint: Checkpoint | None = None,
-        new_id: Callable[[], UUID] = uuid.uuid4,
+        new_id: Callable[[], UUID] = ids.uuid7,
         random: Callable[[], float] = _random.random,
         observer: Observer = NULL_OBSERVER,
     ) -> None:

@@ -6,14 +6,13 @@ import base64
 import binascii
 import hashlib
 import hmac
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
 import attrs
 
-from orderflow_core import commands, observe
+from orderflow_core import commands, ids, observe
 from orderflow_core.context import Context, Timing
 from orderflow_core.errors import (
     DuplicateIdempotencyKey,
@@ -84,7 +83,7 @@ class OrderService:
         users: Users,
         *,
         timing: Timing | None = None,
-        new_id: Callable[[], UUID] = uuid.uuid4,
+        new_id: Callable[[], UUID] = ids.uuid7,
         process_version: int = NEWEST,
     ) -> None:
         self._process_version = process_for(process_version).version
