@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,7 @@ BODY = {
     "currency": "RUB",
 }
 POLL_S = 0.2
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # `since` when no order came before the run
 MAX_IN_FLIGHT = 512
 
 
@@ -105,15 +107,17 @@ async def open_loop(api: str, token: str, *, rate: float, seconds: float) -> lis
 
 
 async def watch(
-    db_url: str, expected: asyncio.Future[int], watch_state: Watch, *, timeout_s: float
+    db_url: str, expected: asyncio.Future[int], watch_state: Watch, *, timeout_s: float,
+    since: datetime | None = None,
 ) -> None:
-    """Poll until `expected` (known once posting ends) orders are terminal or stuck."""
+    """Poll until `expected` (known once posting ends) orders created after `since` are
+    terminal or stuck."""
     deadline = time.monotonic() + timeout_s
     stopped = (*TERMINAL, *STUCK)
-    query = "SELECT count(*) FROM orders WHERE state = ANY(%s)"
+    query = "SELECT count(*) FROM orders WHERE state = ANY(%s) AND created_at > %s"
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = await (await conn.execute(query, (list(stopped),))).fetchone()
+            row = await (await conn.execute(query, (list(stopped), since or EPOCH))).fetchone()
             watch_state.polls += 1
             watch_state.done = int(row[0]) if row else 0
             if expected.done() and watch_state.done >= expected.result():
@@ -122,20 +126,28 @@ async def watch(
             await asyncio.sleep(POLL_S)
 
 
-async def outcome_counts(db_url: str) -> dict[str, Any]:
-    """Orders by state, created→last-transition seconds of the shipped ones, steps done."""
+async def outcome_counts(db_url: str, since: datetime | None = None) -> dict[str, Any]:
+    """Of the orders created after `since`: how many in each state, created→last-transition
+    seconds of the shipped ones, steps done."""
+    after = {"since": since or EPOCH}
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
         states = await (
-            await conn.execute("SELECT state, count(*) FROM orders GROUP BY state")
+            await conn.execute(
+                "SELECT state, count(*) FROM orders WHERE created_at > %(since)s GROUP BY state",
+                after,
+            )
         ).fetchall()
         flow = await (
             await conn.execute(
                 "SELECT extract(epoch FROM updated_at - created_at)::float8 FROM orders "
-                "WHERE state = 'shipped'"
+                "WHERE state = 'shipped' AND created_at > %(since)s",
+                after,
             )
         ).fetchall()
         steps = await (
-            await conn.execute("SELECT count(*) FROM step_attempts WHERE finished_at IS NOT NULL")
+            await conn.execute(
+                "SELECT count(*) FROM step_attempts WHERE finished_at > %(since)s", after
+            )
         ).fetchone()
         tables = await (
             await conn.execute(

@@ -86,6 +86,14 @@ def _rss(rss: dict[str, float]) -> str:
     return f"{rss.get('api', 0):g} / {max(workers, default=0):g} / {rss.get('mocks', 0):g}"
 
 
+def _prefilled(results: dict[str, Any]) -> str:
+    orders = results.get("options", {}).get("prefill")
+    if not orders:
+        return "each run on a fresh database; "
+    return (f"each run's database held {orders} finished orders (vacuumed, analyzed) before "
+            "its load; ")
+
+
 def markdown(results: dict[str, Any]) -> str:
     m, c = results["machine"], results["ceiling"]
     pg = m["postgresql"]
@@ -94,6 +102,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['ram_mib']} MiB RAM, PostgreSQL "
         f"{pg['server_version']} (synchronous_commit={pg['synchronous_commit']}, "
         f"fsync={pg['fsync']}, autovacuum={pg.get('autovacuum', '?')}); "
+        f"{_prefilled(results)}"
         f"load average {m['load_average_at_start']} → "
         f"{m.get('load_average_at_end')}; launcher `{results['launcher']}`; wall time "
         f"{results['wall_time_s']} s.", "",

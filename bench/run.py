@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from bench import ceiling, launch, machine, peer, pgadmin, report, scenario, soak
+from bench import ceiling, launch, machine, peer, pgadmin, prefill, report, scenario, soak
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PREFIX = "orderflow_bench_"
@@ -25,6 +25,7 @@ RESULTS = launch.REPO / "bench" / "results"
 QUICK: dict[str, Any] = {
     "orders": 300, "latencies": [0], "workers": [1], "sweep": [0.5, 1.0], "sweep_seconds": 4.0,
     "sweep_at": "0:1", "peers": "pgqueuer-asyncpg", "ceiling_seconds": 5.0, "pgbench_scale": 2,
+    "prefill": 1000,
 }
 
 
@@ -58,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate; or none")
     p.add_argument("--peer-orders", type=int, default=None, help="default: --orders")
     p.add_argument("--ceiling-seconds", type=float, default=20.0)
+    p.add_argument("--prefill", type=int, default=10000,
+                   help="finished orders in every run's database before its load, vacuumed and "
+                        "analyzed, as in a service that has been running (bench/prefill.py); "
+                        "0: a fresh database")
     p.add_argument("--pgbench-scale", type=int, default=10)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
                    help="py-spy a worker during an extra run (latency 0, 1 worker)")
@@ -92,13 +97,22 @@ def _setup(args: argparse.Namespace, launcher: str) -> scenario.Setup:
     )
 
 
-def _prepare_template(setup: scenario.Setup) -> None:
+async def _prepare_template(setup: scenario.Setup, orders: int) -> scenario.Setup:
+    """The database every run starts from: migrated, seeded, and with `orders` finished orders
+    (the setup returned knows from when on orders are a run's own)."""
     url = pgadmin.create_database(setup.server_url, setup.template)
     env = {"ORDERFLOW_DATABASE_URL": url, "ORDERFLOW_CUSTOMER_TOKEN": setup.customer_token,
            "ORDERFLOW_OPERATOR_TOKEN": setup.operator_token}
     launch.run_once(setup.launcher, "migrate", env)
     launch.run_once(setup.launcher, "seed", env)
+    if orders > 0:
+        print(f"prefill: {orders} orders run to the end, then VACUUM (ANALYZE)", flush=True)
+        began = time.monotonic()
+        filled = await prefill.fill(url, orders, concurrency=setup.concurrency)
+        setup = attrs.evolve(setup, since=filled.since)
+        print(f"  in {time.monotonic() - began:.0f} s", flush=True)
     pgadmin.wait_no_sessions(setup.server_url, setup.template)
+    return setup
 
 
 def _say(what: str, figures: dict[str, Any]) -> None:
@@ -229,7 +243,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results["ceiling"] = ceiling.measure(args.database_url, f"{args.db_prefix}ceiling",
                                          seconds=args.ceiling_seconds, scale=args.pgbench_scale)
     print(f"  {results['ceiling']['tps']} TPS", flush=True)
-    _prepare_template(setup)
+    setup = await _prepare_template(setup, args.prefill)
     try:
         results["runs"] = await _closed_runs(args, setup)
         top = await _top(args, setup, results["runs"])

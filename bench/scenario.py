@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -29,6 +30,9 @@ class Setup:
     concurrency: int
     clients: int
     timeout_s: float
+    # The newest change of the orders the template was filled with (`bench/prefill.py`): only
+    # orders created after it are the run's.
+    since: datetime | None = None
 
 
 @attrs.frozen
@@ -107,7 +111,8 @@ async def _drive(
 ) -> tuple[list[load.Posted], load.Watch]:
     expected: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     seen = load.Watch()
-    watcher = asyncio.create_task(load.watch(db_url, expected, seen, timeout_s=setup.timeout_s))
+    watcher = asyncio.create_task(load.watch(
+        db_url, expected, seen, timeout_s=setup.timeout_s, since=setup.since))
     try:
         if load_spec.rate:
             posted = await load.open_loop(
@@ -177,7 +182,7 @@ async def run(
             wal_end = walstats.snapshot(setup.server_url, dbname)
             wal_bytes = walstats.database_wal_split(wal_start, wal_end)  # while still kept
         commits = wal_end["xacts"] - seen.polls
-        outcome = await load.outcome_counts(db_url)
+        outcome = await load.outcome_counts(db_url, setup.since)
     finally:
         pgadmin.drop_database(setup.server_url, dbname)
     figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,

@@ -15,58 +15,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import os
-import subprocess
-import sys
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from bench import cpu, launch, pgadmin, walstats
+from bench import cpu, pgadmin, prefill, walstats
 from bench.run import DEFAULT_URL
 from orderflow import tracing
-from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
-from orderflow_core.model import Item, Principal
+from orderflow_core import Executor, Services, SystemClock, Timing
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
-from orderflow_http.api.metrics import traced_request
 from orderflow_http.telemetry import Telemetry
 from orderflow_pg import PgOrderStore
 from orderflow_pg.migrate import migrate
 
 DATABASE = "orderflow_bench_worker_only"
-CUSTOMER = Principal("bench", Role.CUSTOMER)
 POLL_S = 0.05
 
 
-async def _create(store: PgOrderStore, orders: int, observer: Any = None) -> None:
-    """Orders ready to run; with telemetry on, each created under a request span the way the
-    API's middleware makes one (`traced_request`: the order keeps its trace context, sampled or
-    not, and its steps' spans link it and follow its sampling decision)."""
-    service = OrderService(store, SystemClock(), store.users, process_version=1)
-    gate = asyncio.Semaphore(10)
-    traced = observer is not None and observer.tracer is not None
-
-    async def one(i: int) -> None:
-        scope = traced_request(observer, "POST", "/api/v1/orders", {}) if traced else nullcontext()
-        async with gate:
-            with scope as seen:
-                await service.create_order(CUSTOMER, f"key-{i}", [Item("SKU-1", 1, 100)], "RUB")
-                if seen is not None:
-                    seen.finished("202")
-
-    await asyncio.gather(*(one(i) for i in range(orders)))
-
-
 async def _shipped(conn: psycopg.AsyncConnection[Any]) -> int:
-    cursor = await conn.execute("SELECT count(*) FROM orders WHERE state = 'shipped'")
-    row = await cursor.fetchone()
-    return int(row[0]) if row else 0
+    return await prefill.count(conn, prefill.SHIPPED)
 
 
 class StatementCounter:
@@ -123,21 +97,19 @@ async def measure(
     concurrency: int,
     database: str = DATABASE,
     telemetry: str = "off",
+    filled: int = 0,
 ) -> dict[str, Any]:
     observer = _telemetry(telemetry)
     url = pgadmin.create_database(server_url, database)
     await migrate(url)
-    port = launch.free_port()
-    code = f"from orderflow_mocks import run_mocks; run_mocks(port={port})"
-    mocks = subprocess.Popen(  # noqa: ASYNC220 - once, before anything is measured
-        [sys.executable, "-c", code], stdout=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
+    mocks = contextlib.ExitStack()
     postgres = cpu.locate_postgres(server_url)
     window = walstats.WalWindow(server_url)
     try:
+        done_before = (await prefill.fill(url, filled, concurrency=concurrency)).orders
+        base = mocks.enter_context(prefill.Mocks())
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
-            await _create(store, orders, observer)
+            await prefill.create_orders(store, orders, observer)
             if observer is not None and hasattr(observer.tracer_provider, "force_flush"):
                 # Export the creating requests' sampled spans now: the first export imports the
                 # OTLP encoder and its HTTP client (a startup cost, ~0.2 s of CPU once), which
@@ -165,7 +137,7 @@ async def measure(
                     running = asyncio.create_task(executor.run())
                     polls = 1
                     watcher = await psycopg.AsyncConnection.connect(url, autocommit=True)
-                    while await _shipped(watcher) < orders:
+                    while await _shipped(watcher) < done_before + orders:
                         await asyncio.sleep(POLL_S)  # the bench's own watcher, not a test wait
                         polls += 1
                     elapsed = time.monotonic() - began
@@ -188,8 +160,7 @@ async def measure(
         written = walstats.per_order(stats0, stats1, orders)
     finally:
         window.close()
-        mocks.terminate()
-        mocks.wait(timeout=10)
+        mocks.close()
         pgadmin.drop_database(server_url, database)
     return {
         "orders_per_s": round(orders / elapsed, 1),
@@ -214,6 +185,13 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--database", default=DATABASE, help="scratch database (dropped after)")
     p.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="orders run to the end and analyzed before the measured ones (bench/prefill.py: "
+        "a database in steady state instead of a fresh one)",
+    )
+    p.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),
         default="uvloop",
@@ -227,7 +205,14 @@ def main() -> None:
         "spans, or metrics + 10%% sampled spans",
     )
     args = p.parse_args()
-    coro = measure(args.database_url, args.orders, args.concurrency, args.database, args.telemetry)
+    coro = measure(
+        args.database_url,
+        args.orders,
+        args.concurrency,
+        args.database,
+        args.telemetry,
+        args.prefill,
+    )
     if importlib.util.find_spec("orderflow.eventloop") is None:
         result, loop = asyncio.run(coro), "asyncio"
     else:

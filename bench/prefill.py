@@ -1,0 +1,131 @@
+"""A database in steady state: finished orders already in it, vacuumed and analyzed.
+
+A running service's database holds the orders it finished, and autovacuum keeps its statistics
+current, so PostgreSQL plans (and caches generic plans) for tables of that size. A fresh
+database plans for empty tables, and on a server without autovacuum keeps those plans: the
+numbers measured on it are a young database's. `fill` runs orders through the real path
+(`OrderService` to create them, one in-process `Executor` with the real HTTP clients against the
+simulated services in a subprocess) until every one is shipped, then `VACUUM (ANALYZE)`.
+
+`Filled.since` is the newest instant any filled order was touched: what the bench measures
+afterwards is what was created after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from contextlib import nullcontext
+from datetime import datetime
+from typing import Any
+
+import attrs
+import psycopg
+
+from bench import launch
+from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
+from orderflow_core.model import Item, Principal
+from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
+from orderflow_http.api.metrics import traced_request
+from orderflow_pg import PgOrderStore
+
+CUSTOMER = Principal("bench", Role.CUSTOMER)
+POLL_S = 0.05
+
+SHIPPED = "SELECT count(*) FROM orders WHERE state = 'shipped'"
+LIVE_STEPS = (
+    "SELECT count(*) FROM workflow_steps WHERE status IN ('pending', 'retry_scheduled', 'running')"
+)
+NEWEST_TOUCH = "SELECT max(updated_at) FROM orders"
+
+
+@attrs.frozen
+class Filled:
+    orders: int
+    since: datetime | None  # the newest filled order's last change (None: nothing filled)
+
+
+async def create_orders(
+    store: PgOrderStore, orders: int, observer: Any = None, *, key_prefix: str = "key"
+) -> None:
+    """Orders ready to run, created through `OrderService`; with telemetry on, each under a
+    request span the way the API's middleware makes one (`traced_request`: the order keeps its
+    trace context, sampled or not, and its steps' spans link it and follow its sampling
+    decision)."""
+    service = OrderService(store, SystemClock(), store.users, process_version=1)
+    gate = asyncio.Semaphore(10)
+    traced = observer is not None and observer.tracer is not None
+
+    async def one(i: int) -> None:
+        scope = traced_request(observer, "POST", "/api/v1/orders", {}) if traced else nullcontext()
+        async with gate:
+            with scope as seen:
+                await service.create_order(
+                    CUSTOMER, f"{key_prefix}-{i}", [Item("SKU-1", 1, 100)], "RUB"
+                )
+                if seen is not None:
+                    seen.finished("202")
+
+    await asyncio.gather(*(one(i) for i in range(orders)))
+
+
+class Mocks:
+    """The simulated services in a subprocess on a free port, for as long as the block runs."""
+
+    def __enter__(self) -> str:
+        port = launch.free_port()
+        code = f"from orderflow_mocks import run_mocks; run_mocks(port={port})"
+        self._process = subprocess.Popen(  # once, before anything is measured
+            [sys.executable, "-c", code], stdout=subprocess.DEVNULL
+        )
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+async def count(conn: psycopg.AsyncConnection[Any], query: str) -> int:
+    row = await (await conn.execute(query)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+async def fill(url: str, orders: int, *, concurrency: int = 20, timeout_s: float = 900.0) -> Filled:
+    """`orders` orders created and run to `shipped` in the database at `url` (migrated), then
+    `VACUUM (ANALYZE)`; raises if they do not all ship within `timeout_s`."""
+    if orders <= 0:
+        return Filled(0, None)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    with Mocks() as base:
+        async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
+            await create_orders(store, orders, key_prefix="prefill")
+            async with (
+                HttpWarehouse(base) as warehouse,
+                HttpPayments(base) as payments,
+                HttpShipping(base) as shipping,
+            ):
+                executor = Executor(
+                    store=store,
+                    services=Services(warehouse, payments, shipping),
+                    clock=SystemClock(),
+                    worker_id="bench-prefill",
+                    timing=Timing(max_concurrent=concurrency, chain_steps=True),
+                )
+                running = asyncio.create_task(executor.run())
+                try:
+                    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                        while await count(conn, SHIPPED) < orders:
+                            if loop.time() > deadline:
+                                raise RuntimeError(f"prefill: not all {orders} orders shipped")
+                            await asyncio.sleep(POLL_S)  # the bench's own poll, not a test wait
+                finally:
+                    await executor.stop()
+                    await running
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        if live := await count(conn, LIVE_STEPS):
+            raise RuntimeError(f"prefill left {live} live steps behind")
+        await conn.execute("VACUUM (ANALYZE)")
+        row = await (await conn.execute(NEWEST_TOUCH)).fetchone()
+    return Filled(orders, row[0] if row else None)
