@@ -14,8 +14,10 @@ afterwards is what was created after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
@@ -86,6 +88,27 @@ class Mocks:
         self._process.wait(timeout=10)
 
 
+@contextlib.asynccontextmanager
+async def chaining_executor(
+    store: PgOrderStore, base: str, concurrency: int, worker_id: str, observer: Any = None
+) -> AsyncIterator[Executor]:
+    """An executor with the real HTTP clients of the simulated services at `base`, chaining
+    steps (as the worker runs by default)."""
+    async with (
+        HttpWarehouse(base, telemetry=observer) as warehouse,
+        HttpPayments(base, telemetry=observer) as payments,
+        HttpShipping(base, telemetry=observer) as shipping,
+    ):
+        yield Executor(
+            store=store,
+            services=Services(warehouse, payments, shipping),
+            clock=SystemClock(),
+            worker_id=worker_id,
+            timing=Timing(max_concurrent=concurrency, chain_steps=True),
+            **({"observer": observer} if observer is not None else {}),
+        )
+
+
 async def count(conn: psycopg.AsyncConnection[Any], query: str) -> int:
     row = await (await conn.execute(query)).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
@@ -101,18 +124,7 @@ async def fill(url: str, orders: int, *, concurrency: int = 20, timeout_s: float
     with Mocks() as base:
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
             await create_orders(store, orders, key_prefix="prefill")
-            async with (
-                HttpWarehouse(base) as warehouse,
-                HttpPayments(base) as payments,
-                HttpShipping(base) as shipping,
-            ):
-                executor = Executor(
-                    store=store,
-                    services=Services(warehouse, payments, shipping),
-                    clock=SystemClock(),
-                    worker_id="bench-prefill",
-                    timing=Timing(max_concurrent=concurrency, chain_steps=True),
-                )
+            async with chaining_executor(store, base, concurrency, "bench-prefill") as executor:
                 running = asyncio.create_task(executor.run())
                 try:
                     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

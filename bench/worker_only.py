@@ -29,8 +29,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from bench import cpu, pgadmin, prefill, walstats
 from bench.run import DEFAULT_URL
 from orderflow import tracing
-from orderflow_core import Executor, Services, SystemClock, Timing
-from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.telemetry import Telemetry
 from orderflow_pg import PgOrderStore
 from orderflow_pg.migrate import migrate
@@ -115,19 +113,9 @@ async def measure(
                 # OTLP encoder and its HTTP client (a startup cost, ~0.2 s of CPU once), which
                 # would otherwise land in the measured window of every run.
                 observer.tracer_provider.force_flush()
-            async with (
-                HttpWarehouse(base, telemetry=observer) as warehouse,
-                HttpPayments(base, telemetry=observer) as payments,
-                HttpShipping(base, telemetry=observer) as shipping,
-            ):
-                executor = Executor(
-                    store=store,
-                    services=Services(warehouse, payments, shipping),
-                    clock=SystemClock(),
-                    worker_id="bench-worker",
-                    timing=Timing(max_concurrent=concurrency, chain_steps=True),
-                    **({"observer": observer} if observer is not None else {}),
-                )
+            async with prefill.chaining_executor(
+                store, base, concurrency, "bench-worker", observer
+            ) as executor:
                 window.open()
                 stats0 = walstats.snapshot(server_url, database)
                 hot0 = walstats.hot_updates(url)
