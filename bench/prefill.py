@@ -5,7 +5,8 @@ current, so PostgreSQL plans (and caches generic plans) for tables of that size.
 database plans for empty tables, and on a server without autovacuum keeps those plans: the
 numbers measured on it are a young database's. `fill` runs orders through the real path
 (`OrderService` to create them, one in-process `Executor` with the real HTTP clients against the
-simulated services in a subprocess) until every one is shipped, then `VACUUM (ANALYZE)`.
+simulated services in a subprocess) until every one is shipped, publishes their events (the
+relay without a sink, as a running service has), then `VACUUM (ANALYZE)`.
 
 `Filled.since` is the newest instant any filled order was touched: what the bench measures
 afterwards is what was created after it.
@@ -28,18 +29,21 @@ import psycopg
 from bench import launch
 from orderflow_core import Executor, OrderService, Role, Services, SystemClock, Timing
 from orderflow_core.model import Item, Principal
+from orderflow_core.relay import OutboxRelay
 from orderflow_http import HttpPayments, HttpShipping, HttpWarehouse
 from orderflow_http.api.metrics import traced_request
 from orderflow_pg import PgOrderStore
 
 CUSTOMER = Principal("bench", Role.CUSTOMER)
 POLL_S = 0.05
+RELAY_BATCH = 500
 
 SHIPPED = "SELECT count(*) FROM orders WHERE state = 'shipped'"
 LIVE_STEPS = (
     "SELECT count(*) FROM workflow_steps WHERE status IN ('pending', 'retry_scheduled', 'running')"
 )
 NEWEST_TOUCH = "SELECT max(updated_at) FROM orders"
+UNPUBLISHED = "SELECT count(*) FROM outbox WHERE seq > (SELECT published_through FROM outbox_feed)"
 
 
 @attrs.frozen
@@ -115,8 +119,9 @@ async def count(conn: psycopg.AsyncConnection[Any], query: str) -> int:
 
 
 async def fill(url: str, orders: int, *, concurrency: int = 20, timeout_s: float = 900.0) -> Filled:
-    """`orders` orders created and run to `shipped` in the database at `url` (migrated), then
-    `VACUUM (ANALYZE)`; raises if they do not all ship within `timeout_s`."""
+    """`orders` orders created and run to `shipped` in the database at `url` (migrated), their
+    events published, then `VACUUM (ANALYZE)`; raises if they do not all ship within
+    `timeout_s`."""
     if orders <= 0:
         return Filled(0, None)
     loop = asyncio.get_running_loop()
@@ -135,9 +140,16 @@ async def fill(url: str, orders: int, *, concurrency: int = 20, timeout_s: float
                 finally:
                     await executor.stop()
                     await running
+            # A running service's relay has published its events: without this, the first
+            # worker of every run would spend its first seconds publishing the filled ones.
+            relay = OutboxRelay(store, SystemClock(), sink=None, batch=RELAY_BATCH)
+            while await relay.run_once():
+                pass
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         if live := await count(conn, LIVE_STEPS):
             raise RuntimeError(f"prefill left {live} live steps behind")
+        if unpublished := await count(conn, UNPUBLISHED):
+            raise RuntimeError(f"prefill left {unpublished} events unpublished")
         await conn.execute("VACUUM (ANALYZE)")
         row = await (await conn.execute(NEWEST_TOUCH)).fetchone()
     return Filled(orders, row[0] if row else None)

@@ -30,6 +30,8 @@ def test_filled_orders_are_shipped_analyzed_and_left_out_of_a_runs_counts(
     assert filled.since is not None
     assert _one(pg_url, "SELECT count(*) FROM orders WHERE state = 'shipped'") == ORDERS
     assert _one(pg_url, prefill.LIVE_STEPS) == 0
+    assert _one(pg_url, prefill.UNPUBLISHED) == 0  # as a running service's relay would have
+    assert _one(pg_url, "SELECT count(*) FROM outbox") >= 6 * ORDERS
     # ANALYZE ran: the planner has statistics (and row counts) for the hot tables
     assert _one(pg_url, "SELECT reltuples FROM pg_class WHERE relname = 'orders'") == ORDERS
     analyzed = "SELECT count(*) FROM pg_stats WHERE tablename = 'workflow_steps'"
