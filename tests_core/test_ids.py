@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -15,16 +17,16 @@ from orderflow_core.ids import event_id, uuid7
 T0_NS = 1_764_000_000_123_456_789  # 2025-11-24, in ns
 
 
-def _fixed(byte: int) -> object:
+def _fixed(byte: int) -> Callable[[int], bytes]:
     return lambda n: bytes([byte]) * n
 
 
 def test_a_uuid7_carries_its_millisecond_then_version_7_and_the_rfc_variant() -> None:
-    made = uuid7(time_ns=lambda: T0_NS, random_bytes=_fixed(0xFF))  # type: ignore[arg-type]
+    made = uuid7(time_ns=lambda: T0_NS, random_bytes=_fixed(0xFF))
     assert made.version == 7
     assert made.variant == "specified in RFC 4122"
     assert made.int >> 80 == T0_NS // 1_000_000
-    low = uuid7(time_ns=lambda: T0_NS, random_bytes=_fixed(0x00))  # type: ignore[arg-type]
+    low = uuid7(time_ns=lambda: T0_NS, random_bytes=_fixed(0x00))
     assert low.version == 7
     assert low.variant == "specified in RFC 4122"
     assert low.int >> 80 == made.int >> 80
@@ -79,5 +81,4 @@ def test_services_executors_and_contexts_draw_time_ordered_ids_by_default() -> N
     ids = [context.new_id() for _ in range(3)]
     assert all(i.version == 7 for i in ids)
     for made in (OrderService, Executor):
-        default = made.__init__.__kwdefaults__["new_id"]  # type: ignore[misc]
-        assert default is uuid7, made
+        assert inspect.signature(made).parameters["new_id"].default is uuid7, made
