@@ -22,17 +22,6 @@ CREATE TABLE audit_log (
     details jsonb DEFAULT '{}'::jsonb NOT NULL
 );
 
-CREATE TABLE order_history (
-    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
-    order_id uuid NOT NULL,
-    seq integer NOT NULL,
-    from_state text,
-    to_state text NOT NULL,
-    at timestamp with time zone NOT NULL,
-    actor text NOT NULL,
-    reason text NOT NULL
-);
-
 CREATE TABLE orders (
     order_id uuid NOT NULL,
     customer_id text NOT NULL,
@@ -64,7 +53,9 @@ CREATE TABLE outbox (
     order_id uuid NOT NULL,
     type text NOT NULL,
     payload jsonb NOT NULL,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    order_seq integer NOT NULL,
+    transition boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE outbox_feed (
@@ -142,7 +133,7 @@ ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 ALTER TABLE orders ADD CONSTRAINT orders_attention_stamped CHECK (((attention_reason IS NULL) = (attention_since IS NULL)));
 ALTER TABLE orders ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
 ALTER TABLE orders ADD CONSTRAINT orders_total_minor_check CHECK ((total_minor >= 0));
-ALTER TABLE outbox ADD CONSTRAINT outbox_event_id_key UNIQUE (event_id);
+ALTER TABLE outbox ADD CONSTRAINT outbox_order_seq_key UNIQUE (order_id, order_seq);
 ALTER TABLE outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY (seq);
 ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_one_check CHECK (one);
 ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_pkey PRIMARY KEY (one);
@@ -160,12 +151,11 @@ ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (step_
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);
 CREATE INDEX audit_log_order_idx ON public.audit_log USING btree (order_id, id);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
-CREATE INDEX order_history_order_idx ON public.order_history USING btree (order_id, id);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);
 CREATE INDEX orders_newest_idx ON public.orders USING btree (created_at DESC, order_id DESC);
 CREATE UNIQUE INDEX orders_pkey ON public.orders USING btree (order_id);
 CREATE INDEX orders_waiting_idx ON public.orders USING btree (attention_since DESC, order_id DESC) WHERE (attention_reason IS NOT NULL);
-CREATE UNIQUE INDEX outbox_event_id_key ON public.outbox USING btree (event_id);
+CREATE UNIQUE INDEX outbox_order_seq_key ON public.outbox USING btree (order_id, order_seq);
 CREATE UNIQUE INDEX outbox_pkey ON public.outbox USING btree (seq);
 CREATE UNIQUE INDEX outbox_feed_pkey ON public.outbox_feed USING btree (one);
 CREATE UNIQUE INDEX processed_events_pkey ON public.processed_events USING btree (event_id);
@@ -182,6 +172,15 @@ CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (st
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START 1 INCREMENT 1;
 
-CREATE SEQUENCE order_history_id_seq AS bigint START 1 INCREMENT 1;
-
 CREATE SEQUENCE outbox_seq_seq AS bigint START 1 INCREMENT 1;
+
+CREATE VIEW order_history AS
+SELECT outbox.order_id,
+    outbox.order_seq AS seq,
+    (outbox.payload ->> 'from'::text) AS from_state,
+    (outbox.payload ->> 'to'::text) AS to_state,
+    outbox.created_at AS at,
+    (outbox.payload ->> 'actor'::text) AS actor,
+    (outbox.payload ->> 'reason'::text) AS reason
+   FROM outbox
+  WHERE outbox.transition;

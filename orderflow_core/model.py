@@ -241,6 +241,11 @@ class Change:
 
     `guard`, when set, must still hold in the store (the step is running under that attempt and
     owner) or the whole change is dropped and only a rejection audit entry is written.
+
+    `events` are the last ones `order` numbered (its `event_seq` counts them, each id derived
+    from the order and its number), and each `history` entry is the state event of its number
+    saying the same: `Draft` builds changes so, and a store may keep the history as those events
+    (the PostgreSQL store does, and refuses a change that breaks it).
     """
 
     order: Order | None = None

@@ -70,7 +70,7 @@ SELECT
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(h) ORDER BY h.id), '[]')
+    (SELECT coalesce(jsonb_agg(to_jsonb(h) ORDER BY h.seq), '[]')
      FROM order_history AS h WHERE h.order_id = %(order_id)s) AS history_rows
 
 -- apply_changes --
@@ -79,7 +79,7 @@ SELECT
 -- (`guarded_step` present) writes its step only under the generation that computed it, and its
 -- other parts only if that step was written: a stale change leaves nothing, and the documents
 -- beside it are written all the same. Foreign keys are checked at the end of the statement, so
--- the parts may reference each other; history, events and audit keep the documents' order.
+-- the parts may reference each other; events and audit keep the documents' order.
 -- A document decided on a copy of the order the store kept from its own last write
 -- (`expect_version`, `expect_steps`) is written only if, under row locks taken here (orders in
 -- order_id order, then their live steps), the order's version and every live step's (id,
@@ -210,24 +210,20 @@ WITH docs AS (
         amount_minor = EXCLUDED.amount_minor, reason = EXCLUDED.reason,
         status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
         refund_reference = EXCLUDED.refund_reference, last_error = EXCLUDED.last_error
-), history AS (
-    INSERT INTO order_history (order_id, seq, from_state, to_state, at, actor, reason)
-    SELECT r.order_id, r.seq, r.from_state, r.to_state, r.at, r.actor, r.reason
-    FROM fence,
-        jsonb_populate_recordset(NULL::order_history, fence.d -> 'history') WITH ORDINALITY AS r
-    ORDER BY fence.i, r.ordinality
 ), xact AS MATERIALIZED (
     -- Before any event is numbered the transaction takes its id and the writers' shared
     -- advisory lock: the relay's feed horizon waits for the transactions holding it
     -- (see `feed_horizon`)
     SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312) AS tagged
 ), events AS (
-    INSERT INTO outbox (event_id, order_id, type, payload, created_at)
-    SELECT r.event_id, r.order_id, r.type, r.payload, r.created_at
+    -- An order's transitions are its events marked `transition` (the view order_history)
+    INSERT INTO outbox (event_id, order_id, order_seq, transition, type, payload, created_at)
+    SELECT r.event_id, r.order_id, r.order_seq, r.transition, r.type, r.payload, r.created_at
     FROM xact, fence,
         jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
-    ON CONFLICT (event_id) DO NOTHING  -- the port's promise: a replayed event id lands once
+    -- the port's promise: a replayed event lands once (its id is its order's and number's)
+    ON CONFLICT (order_id, order_seq) DO NOTHING
 ), audit AS (
     INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
     SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details
@@ -265,8 +261,8 @@ SELECT * FROM api_idempotency
 WHERE user_id = %(user_id)s AND scope = %(scope)s AND key = %(key)s
 
 -- history --
--- Every transition of one order, oldest first
-SELECT * FROM order_history WHERE order_id = %(order_id)s ORDER BY id
+-- Every transition of one order, oldest first (the view over its events)
+SELECT * FROM order_history WHERE order_id = %(order_id)s ORDER BY seq
 
 -- audit_entries --
 -- The audit log of one order, oldest first

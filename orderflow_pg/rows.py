@@ -89,11 +89,6 @@ def refund_doc(refund: Refund) -> Params:
     return _doc(refund)
 
 
-def history_doc(entry: HistoryEntry) -> Params:
-    """A history entry in `apply_changes`'s document."""
-    return _doc(entry)
-
-
 def event_doc(event: OutboxEvent) -> Params:
     """An outbox event in `apply_changes`'s document; the store assigns `seq`."""
     return _doc(event, without=("seq",))
@@ -142,7 +137,8 @@ def refund_from_row(row: Row) -> Refund:
 
 
 def history_from_row(row: Row) -> HistoryEntry:
-    """An `order_history` row as the core's value."""
+    """A row of the view `order_history` (an order's state-change events) as the core's
+    value."""
     fields = _pick(HistoryEntry, row)
     fields["from_state"] = OrderState(row["from_state"]) if row["from_state"] else None
     fields["to_state"] = OrderState(row["to_state"])

@@ -1,11 +1,12 @@
 """Applying a decided `Change` inside an open transaction: every part or nothing (rule 4).
 
 A change goes to PostgreSQL as one statement (`apply_changes`) carrying one jsonb document:
-the order, steps, attempts, refunds, history, events, audit, idempotency record and
-processed-event mark, each under its own key. One statement instead of one per row keeps the
-client's work per transition small: psycopg's cost is per statement, and on this path it was
-the largest cost of a step. A group commit sends the documents of many orders in the same
-statement, each fenced by its own guard.
+the order, steps, attempts, refunds, events, audit, idempotency record and processed-event
+mark, each under its own key. History is not written apart: an order's transitions are its
+state-change events, each numbered within its order and marked (`_event_docs`). One
+statement instead of one per row keeps the client's work per transition small: psycopg's
+cost is per statement, and on this path it was the largest cost of a step. A group commit
+sends the documents of many orders in the same statement, each fenced by its own guard.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from uuid import UUID
 import attrs
 import orjson
 
-from orderflow_core.model import Change, OrderAggregate
+from orderflow_core import ids
+from orderflow_core.model import Change, HistoryEntry, OrderAggregate, OutboxEvent
 from orderflow_core.states import StepStatus
+from orderflow_core.vocabulary import state_event
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
@@ -79,8 +82,7 @@ def change_doc(
             elif old != attempt:
                 doc["attempts"].append(rows.attempt_doc(step.step_id, attempt))
     doc["refunds"] = [rows.refund_doc(r) for r in change.refunds]
-    doc["history"] = [rows.history_doc(h) for h in change.history]
-    doc["events"] = [rows.event_doc(e) for e in change.events]
+    doc["events"] = _event_docs(change)
     doc["audit"] = [rows.audit_doc(a) for a in change.audit]
     if change.idempotency is not None:
         doc["idempotency"] = rows.idempotency_doc(change.idempotency)
@@ -91,6 +93,58 @@ def change_doc(
         doc["processed_event_id"] = change.processed_event_id
         doc["order_id"] = order.order_id if order is not None else None
     return doc
+
+
+def _event_docs(change: Change) -> list[dict[str, Any]]:
+    """The change's events, each with its number within its order (`order_seq`) and, for the
+    state changes, the mark that makes it a history entry (`transition`).
+
+    The events of a change are the last ones its order numbered: the order's `event_seq` counts
+    every event it emitted (`Draft.emit`), and each event's id is derived from the order and
+    that number (`ids.event_id`), which is checked here. Each history entry must be the state
+    event of its number, saying the same; a change that breaks either is refused before anything
+    is sent, since the store would otherwise keep a history its events do not show."""
+    if not change.events:
+        if change.history:
+            raise ValueError("history entries without their state events")
+        return []
+    if change.order is None:
+        raise ValueError("a change with events carries its order, whose event_seq numbers them")
+    order = change.order
+    first = order.event_seq - len(change.events) + 1
+    transitions = {entry.seq: entry for entry in change.history}
+    docs = []
+    for number, event in enumerate(change.events, first):
+        if event.order_id != order.order_id or event.event_id != ids.event_id(
+            order.order_id, number
+        ):
+            raise ValueError(
+                f"event {event.event_id} is not event {number} of order {order.order_id}"
+            )
+        doc = rows.event_doc(event)
+        doc["order_seq"] = number
+        entry = transitions.pop(number, None)
+        if entry is not None and not _says_the_same(entry, event):
+            raise ValueError(f"history entry {number} and its event differ")
+        doc["transition"] = entry is not None
+        docs.append(doc)
+    if transitions:
+        raise ValueError(f"history entries without their state events: {sorted(transitions)}")
+    return docs
+
+
+def _says_the_same(entry: HistoryEntry, event: OutboxEvent) -> bool:
+    """Whether a state event carries everything its history entry says (the view
+    `order_history` reads the entry back from the event)."""
+    payload = event.payload
+    return (
+        event.type == state_event(entry.to_state)
+        and event.created_at == entry.at
+        and payload.get("to") == entry.to_state.value
+        and payload.get("from") == (entry.from_state.value if entry.from_state else None)
+        and payload.get("reason") == entry.reason
+        and payload.get("actor") == entry.actor
+    )
 
 
 def _makes_a_step_due(change: Change, before: OrderAggregate | None) -> bool:

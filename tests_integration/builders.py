@@ -8,6 +8,7 @@ from uuid import UUID
 
 import attrs
 
+from orderflow_core import ids
 from orderflow_core.model import (
     ApiIdempotency,
     Attempt,
@@ -22,6 +23,7 @@ from orderflow_core.model import (
     Step,
 )
 from orderflow_core.states import OrderState, StepKind, StepStatus
+from orderflow_core.vocabulary import state_event
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -43,6 +45,7 @@ def new_order(*, customer: str = "alice", created: datetime = T0) -> Order:
         state=OrderState.CREATED,
         created_at=created,
         updated_at=created,
+        event_seq=1,  # its `order.created`
     )
 
 
@@ -66,13 +69,34 @@ def new_step(
     )
 
 
-def event(order: Order, kind: str, *, event_id: UUID | None = None) -> OutboxEvent:
+def event(order: Order, kind: str, *, number: int | None = None) -> OutboxEvent:
+    """An event of `order`, by default its newest (`event_seq`): its id is derived from the
+    order and its number, as the saga's are and as the store checks."""
     return OutboxEvent(
-        event_id=event_id or uuid.uuid4(),
+        event_id=ids.event_id(order.order_id, order.event_seq if number is None else number),
         order_id=order.order_id,
         type=kind,
         payload={"order_id": str(order.order_id), "state": order.state.value},
         created_at=order.updated_at,
+    )
+
+
+def transition(
+    before: OrderState | None, order: Order, *, actor: str, reason: str
+) -> tuple[HistoryEntry, OutboxEvent]:
+    """The history entry of `order`'s newest event, a move from `before` to its state, and that
+    event saying the same (as `Draft.move` writes them)."""
+    entry = HistoryEntry(
+        order.order_id, order.event_seq, before, order.state, order.updated_at, actor, reason
+    )
+    moved = {"from": before.value if before else None, "to": order.state.value}
+    payload = {"order_id": str(order.order_id), "actor": actor, **moved, "reason": reason}
+    return entry, OutboxEvent(
+        ids.event_id(order.order_id, order.event_seq),
+        order.order_id,
+        state_event(order.state),
+        payload,
+        order.updated_at,
     )
 
 
@@ -102,11 +126,12 @@ def idempotency(order: Order, key: str = "key-1") -> ApiIdempotency:
 def creation(order: Order, *, key: str | None = "key-1", due: datetime | None = T0) -> Change:
     """What `POST /orders` writes: the order, its reserve step, history, event, audit, key."""
     step = new_step(order, due=due)
+    entry, created = transition(None, order, actor=order.customer_id, reason="api")
     return Change(
         order=order,
         steps=(step,),
-        history=(HistoryEntry(order.order_id, 1, None, OrderState.CREATED, T0, "alice", "api"),),
-        events=(event(order, "OrderCreated"),),
+        history=(entry,),
+        events=(created,),
         audit=(audit(order, "create", step_id=step.step_id),),
         idempotency=idempotency(order, key) if key else None,
     )
@@ -131,15 +156,16 @@ def step_result(
 
 def reserved_change(order: Order, step: Step, claim: Claim, *, worker: str) -> Change:
     """The transition a finished reserve step commits, fenced by its claim's generation."""
-    moved = attrs.evolve(order, state=OrderState.RESERVED, updated_at=at(5), event_seq=1)
+    moved = attrs.evolve(
+        order, state=OrderState.RESERVED, updated_at=at(5), event_seq=order.event_seq + 1
+    )
     charge = new_step(moved, kind=StepKind.CHARGE, seq=2)
+    entry, reserved = transition(order.state, moved, actor=worker, reason="reserved")
     return Change(
         order=moved,
         steps=(step_result(step, claim, worker=worker, finished=at(5)), charge),
-        history=(
-            HistoryEntry(order.order_id, 2, order.state, moved.state, at(5), worker, "reserved"),
-        ),
-        events=(event(moved, "OrderReserved"),),
+        history=(entry,),
+        events=(reserved,),
         audit=(audit(moved, "reserve", step_id=step.step_id),),
         guard=Guard(claim.step_id, claim.attempt, claim.owner),
         on_reject=AuditEntry(

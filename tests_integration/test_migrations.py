@@ -7,12 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import attrs
 import psycopg
 import pytest
+from builders import T0, at
 
 from orderflow_core.model import (
     ApiIdempotency,
@@ -41,9 +43,9 @@ EXPECTED_COLUMNS = {
     "workflow_steps": _names(Step) - {"attempts"},
     "step_attempts": _names(Attempt, "step_id"),
     "refunds": _names(Refund),
-    "order_history": _names(HistoryEntry, "id"),
+    "order_history": _names(HistoryEntry),  # a view over the outbox's transitions (0019)
     "audit_log": _names(AuditEntry, "id"),
-    "outbox": _names(OutboxEvent),
+    "outbox": _names(OutboxEvent, "order_seq", "transition"),  # number within the order
     "outbox_feed": {"one", "published_through"},  # the relay's feed position (0015)
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency),
@@ -141,3 +143,86 @@ def test_a_changed_applied_migration_is_refused_with_a_clear_error(
     assert info.value.code == "migration_checksum_mismatch"
     assert run_migrate(pg_url) == 1
     assert "migration_checksum_mismatch" in capsys.readouterr().err
+
+
+# What a database migrated through 0018 holds for one order that reached `reserved`: its history
+# rows and its events, written by the release before 0019 (the event ids random, as uuid5 ids
+# of that time look to the migration).
+OLD_ORDER = (
+    """
+INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version, state,
+                    created_at, updated_at, event_seq)
+VALUES (%(order)s, 'alice', '[]', 100, 'RUB', 1, 'reserved', %(t0)s, %(t1)s, 3)
+""",
+    """
+INSERT INTO order_history (order_id, seq, from_state, to_state, at, actor, reason) VALUES
+    (%(order)s, 1, NULL, 'created', %(t0)s, 'customer:alice', 'order placed'),
+    (%(order)s, 3, 'created', 'reserved', %(t1)s, 'w1', 'stock reserved')
+""",
+    """
+INSERT INTO outbox (event_id, order_id, type, payload, created_at) VALUES
+    (gen_random_uuid(), %(order)s, 'order.created', jsonb_build_object('from', NULL, 'to',
+     'created', 'reason', 'order placed', 'actor', 'customer:alice'), %(t0)s),
+    (gen_random_uuid(), %(order)s, 'order.needs_attention', '{"reason": "x"}', %(t0)s),
+    (gen_random_uuid(), %(order)s, 'order.reserved', jsonb_build_object('from', 'created', 'to',
+     'reserved', 'reason', %(reason)s::text, 'actor', 'w1'), %(t1)s)
+""",
+)
+
+
+def _through_0018(url: str, reason: str) -> tuple[uuid.UUID, dict[str, Any]]:
+    order = uuid.uuid4()
+    params = {"order": order, "t0": T0, "t1": at(5), "reason": reason}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for file in migration_files():
+            if file.version < 19:
+                conn.execute(file.sql.encode("utf-8"))
+        for statement in OLD_ORDER:
+            conn.execute(statement, params)
+    return order, params
+
+
+def _migration_0019() -> bytes:
+    [file] = [f for f in migration_files() if f.version == 19]
+    return file.sql.encode("utf-8")
+
+
+def test_0019_numbers_the_events_and_keeps_the_history_as_a_view(
+    fresh_database_url: str,
+) -> None:
+    order, _ = _through_0018(fresh_database_url, "stock reserved")
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        conn.execute(_migration_0019())
+        numbered = conn.execute(
+            "SELECT order_seq, type, transition FROM outbox ORDER BY seq"
+        ).fetchall()
+        history = conn.execute(
+            "SELECT seq, from_state, to_state, at, actor, reason FROM order_history"
+            " WHERE order_id = %s ORDER BY seq",
+            (order,),
+        ).fetchall()
+    assert numbered == [
+        (1, "order.created", True),
+        (2, "order.needs_attention", False),
+        (3, "order.reserved", True),
+    ]
+    assert history == [
+        (1, None, "created", T0, "customer:alice", "order placed"),
+        (3, "created", "reserved", at(5), "w1", "stock reserved"),
+    ]
+
+
+def test_0019_refuses_a_history_its_events_do_not_show_and_changes_nothing(
+    fresh_database_url: str,
+) -> None:
+    _through_0018(fresh_database_url, "a different reason")
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        refused = pytest.raises(psycopg.errors.RaiseException, match="1 history row")
+        with refused, conn.transaction():
+            conn.execute(_migration_0019())
+        assert conn.execute("SELECT count(*) FROM order_history").fetchone() == (2,)
+        kept = conn.execute(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_name = 'outbox' AND column_name = 'order_seq'"
+        ).fetchone()
+    assert kept == (0,)

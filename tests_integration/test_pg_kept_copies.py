@@ -68,13 +68,13 @@ def test_an_order_this_store_wrote_last_is_decided_on_its_copy_without_a_read(
         run(a.create(creation(order, key=None)))
     seen: list[tuple[int, OrderState]] = []
     batch = [(o.order_id, noting(seen)) for o in orders]
-    assert run(a.update_many(batch)) == [0, 0, 0]
+    assert run(a.update_many(batch)) == [1, 1, 1]  # created with its one event
     assert reads == [3]  # the first write of each order reads it
-    assert run(a.update_many(batch)) == [1, 1, 1]
     assert run(a.update_many(batch)) == [2, 2, 2]
+    assert run(a.update_many(batch)) == [3, 3, 3]
     assert reads == [3], "no locking read for orders this store wrote last"
     for order in orders:
-        assert run(a.load(order.order_id)).order.event_seq == 3
+        assert run(a.load(order.order_id)).order.event_seq == 4
 
 
 def test_an_order_changed_by_another_writer_is_read_again_and_decided_afresh(
@@ -95,14 +95,14 @@ def test_an_order_changed_by_another_writer_is_read_again_and_decided_afresh(
     reads.clear()
     results = run(a.update_many([(mine.order_id, noting(seen)), (theirs.order_id, noting(seen))]))
 
-    assert results == [1, 1]
+    assert results == [2, 2]
     # `theirs` was decided on the stale copy first (still `created`), then read and decided on
     # what the other writer left; only that second decision was written.
-    assert seen == [(1, OrderState.CREATED), (1, OrderState.CREATED), (1, OrderState.CANCELLED)]
+    assert seen == [(2, OrderState.CREATED), (2, OrderState.CREATED), (2, OrderState.CANCELLED)]
     assert reads == [1]
     after = run(a.load(theirs.order_id)).order
-    assert (after.state, after.event_seq) == (OrderState.CANCELLED, 2)
-    assert run(a.load(mine.order_id)).order.event_seq == 2
+    assert (after.state, after.event_seq) == (OrderState.CANCELLED, 3)
+    assert run(a.load(mine.order_id)).order.event_seq == 3
 
 
 def test_a_claim_by_another_worker_outdates_a_kept_copy(
@@ -160,8 +160,8 @@ def test_an_order_with_no_step_left_to_run_is_not_kept(
     run(a.update_many([(live.order_id, noting(seen)), (done.order_id, finish)]))
     reads.clear()
     assert run(a.update_many([(live.order_id, noting(seen)), (done.order_id, noting(seen))])) == [
-        1,
-        1,
+        2,
+        2,
     ]
     assert reads == [1], "the finished order is read again; the live one is decided on its copy"
-    assert run(a.load(done.order_id)).order.event_seq == 2
+    assert run(a.load(done.order_id)).order.event_seq == 3

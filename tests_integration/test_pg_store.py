@@ -18,8 +18,9 @@ import pytest
 from builders import T0, at, creation, new_order, reserved_change
 from conftest import Run
 
+from orderflow_core import ids
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import Change, Claim, OrderAggregate, Refund
+from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
 from orderflow_core.states import RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
@@ -248,8 +249,8 @@ def test_a_late_commit_with_a_smaller_seq_is_published_before_anything_after_it(
 
 TAG_WRITER = "SELECT pg_current_xact_id(), pg_advisory_xact_lock_shared(784215312)"
 LATE_EVENT = """
-INSERT INTO outbox (event_id, order_id, type, payload, created_at)
-VALUES (%(event_id)s, %(order_id)s, 'OrderPoked', '{}', %(at)s)
+INSERT INTO outbox (event_id, order_id, order_seq, type, payload, created_at)
+VALUES (%(event_id)s, %(order_id)s, 1, 'order.poked', '{}', %(at)s)
 """
 
 
@@ -306,3 +307,50 @@ def test_dead_holders_of_an_embedded_server_are_forgotten(tmp_path: Path) -> Non
     (tmp_path / ".handle_pids.json").write_text(f"[1, {dead}]")
     assert forget_dead_holders(tmp_path) == [dead]
     assert (tmp_path / ".handle_pids.json").read_text() == "[1]"
+
+
+# The history is read back from the state-change events (the view `order_history`), so the store
+# refuses, before sending anything, a change whose history its events would not show.
+def _broken_creations() -> dict[str, Change]:
+    order = new_order()
+    good = creation(order, key=None)
+    [entry], [event] = good.history, good.events
+    return {
+        "a history entry without its event": attrs.evolve(good, events=()),
+        "an event numbered other than its order says": attrs.evolve(
+            good, order=attrs.evolve(order, event_seq=2)
+        ),
+        "an event of another order": attrs.evolve(
+            good, events=(attrs.evolve(event, order_id=uuid.uuid4()),)
+        ),
+        "an entry saying another reason": attrs.evolve(
+            good, history=(attrs.evolve(entry, reason="something else"),)
+        ),
+        "an entry of another instant": attrs.evolve(good, history=(attrs.evolve(entry, at=at(1)),)),
+        "events without the order that numbers them": Change(events=good.events),
+    }
+
+
+@pytest.mark.parametrize("case", list(_broken_creations()))
+def test_a_change_whose_history_its_events_would_not_show_is_refused(case: str) -> None:
+    with pytest.raises(ValueError):
+        change_doc(_broken_creations()[case], new=True)
+
+
+def test_the_history_is_read_back_from_the_state_events_with_the_other_events_left_out(
+    pg_store: PgOrderStore, run: Run[Any]
+) -> None:
+    order = new_order()
+    created = creation(order, key=None)
+    run(pg_store.create(created))
+    poked = attrs.evolve(order, event_seq=order.event_seq + 1, updated_at=at(1))
+    poke = OutboxEvent(
+        ids.event_id(order.order_id, poked.event_seq), order.order_id, "order.poked", {}, at(1)
+    )
+    run(pg_store.update(order.order_id, lambda _: (Change(order=poked, events=(poke,)), None)))
+    assert run(pg_store.history(order.order_id)) == list(created.history)
+    view = run(pg_store.load_with_history(order.order_id))
+    assert view is not None
+    assert view[1] == list(created.history)
+    types = [e.type for e in run(pg_store.unpublished_events(10))]
+    assert types == ["order.created", "order.poked"]

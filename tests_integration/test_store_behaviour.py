@@ -132,8 +132,8 @@ def test_an_update_applies_every_part_of_the_change_and_returns_the_value(
     assert run(store.history(order.order_id))[-1] == change.history[0]
     assert run(store.audit_entries(order.order_id))[-1] == change.audit[0]
     assert [e.type for e in feed(store, run, after=0, limit=10)] == [
-        "OrderCreated",
-        "OrderReserved",
+        "order.created",
+        "order.reserved",
     ]
 
 
@@ -175,10 +175,11 @@ def test_a_change_with_an_already_processed_event_id_is_a_no_op(
 def test_a_replayed_event_id_reaches_the_outbox_once(store: OrderStore, run: Run[Any]) -> None:
     order = new_order()
     run(store.create(creation(order, key=None)))
-    same = event(order, "OrderPoked")
+    poked = attrs.evolve(order, event_seq=order.event_seq + 1)
+    same = Change(order=poked, events=(event(poked, "order.poked"),))
     for _ in range(2):
-        run(store.update(order.order_id, lambda _: (Change(events=(same,)), None)))
-    assert [e.type for e in feed(store, run, after=0, limit=10)] == ["OrderCreated", "OrderPoked"]
+        run(store.update(order.order_id, lambda _: (same, None)))
+    assert [e.type for e in feed(store, run, after=0, limit=10)] == ["order.created", "order.poked"]
 
 
 def test_an_update_reusing_an_idempotency_key_is_refused_and_writes_nothing(
@@ -193,7 +194,7 @@ def test_an_update_reusing_an_idempotency_key_is_refused_and_writes_nothing(
     assert run(store.load(order.order_id)).order.state is OrderState.CREATED
 
 
-# A trigger on the history rows (written after the order's row in the same statement) that
+# A trigger on the audit rows (written after the order's row in the same statement) that
 # raises: a real failure midway through a transition's writes, not a hook in the store.
 FAIL_AFTER_ORDER_WRITE = """
 CREATE FUNCTION fail_injected() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -201,7 +202,7 @@ BEGIN
     RAISE EXCEPTION 'injected';
 END;
 $$;
-CREATE TRIGGER fail_injected BEFORE INSERT ON order_history
+CREATE TRIGGER fail_injected BEFORE INSERT ON audit_log
     FOR EACH ROW EXECUTE FUNCTION fail_injected();
 """
 
@@ -370,8 +371,9 @@ def test_a_group_commit_applies_each_order_under_its_own_fence_and_keeps_failure
     applied, broken, also_applied = new_order(), new_order(), new_order()
     for order in (applied, broken, also_applied):
         run(store.create(creation(order, key=None, due=at(31))))
-    claims = {c.order_id: c for c in run(store.claim_due(owner="A", now=at(32), limit=5,
-                                                         lease_s=30))}
+    claims = {
+        c.order_id: c for c in run(store.claim_due(owner="A", now=at(32), limit=5, lease_s=30))
+    }
     assert set(claims) == {applied.order_id, broken.order_id, also_applied.order_id}
 
     def reserved(order: Any, claim: Claim) -> Any:
@@ -384,8 +386,9 @@ def test_a_group_commit_applies_each_order_under_its_own_fence_and_keeps_failure
     def bug(aggregate: OrderAggregate) -> tuple[Change, str]:
         raise RuntimeError("a bug in one decision")
 
-    stale_change = reserved_change(stale, run(store.load(stale.order_id)).steps[0], stale_a,
-                                   worker="A")
+    stale_change = reserved_change(
+        stale, run(store.load(stale.order_id)).steps[0], stale_a, worker="A"
+    )
     unknown = uuid.uuid4()
     results = run(
         store.update_many(
@@ -414,7 +417,7 @@ def test_a_group_commit_applies_each_order_under_its_own_fence_and_keeps_failure
     assert (stale_now.steps[0].attempt, stale_now.steps[0].lease_owner) == (2, "B")
     assert run(store.audit_entries(stale.order_id))[-1] == stale_change.on_reject
     assert run(store.load(broken.order_id)).order.state is OrderState.CREATED
-    assert [e.type for e in feed(store, run, after=0, limit=10)].count("OrderReserved") == 2
+    assert [e.type for e in feed(store, run, after=0, limit=10)].count("order.reserved") == 2
 
 
 def test_a_group_commit_applies_changes_of_one_order_in_turn(
@@ -427,8 +430,9 @@ def test_a_group_commit_applies_changes_of_one_order_in_turn(
         seq = aggregate.order.event_seq
         return Change(order=attrs.evolve(aggregate.order, event_seq=seq + 1)), seq
 
-    assert run(store.update_many([(order.order_id, bump)] * 3)) == [0, 1, 2]
-    assert run(store.load(order.order_id)).order.event_seq == 3
+    first = order.event_seq
+    assert run(store.update_many([(order.order_id, bump)] * 3)) == [first, first + 1, first + 2]
+    assert run(store.load(order.order_id)).order.event_seq == first + 3
 
 
 @pytest.mark.postgres
