@@ -88,6 +88,8 @@ SELECT
 -- changes a step without writing its order needs the step rows: a claim (`claim_due`, which
 -- takes only pending, retry-scheduled and running steps) and a lease renewal (which changes
 -- none of the three). Finished steps are neither locked nor compared: each lock is a WAL record.
+-- Nor is a document's guarded step: its update (`guarded`) holds only under the generation the
+-- change was decided under, re-checked on the newest row version, and locks the row itself.
 -- Steps and attempts are inserted plainly (`new_steps`, `new_attempts`) or updated (`steps`,
 -- `attempts`): writes.py knows which from the aggregate the change was decided on, and an
 -- upsert's speculative insertion costs a WAL record of its own per row.
@@ -105,6 +107,9 @@ WITH docs AS (
     FROM workflow_steps AS s
     WHERE s.order_id IN (SELECT held.order_id FROM held)
       AND s.status IN ('pending', 'retry_scheduled', 'running')
+      AND s.step_id <> ALL (ARRAY(
+          SELECT (g.d -> 'guarded_step' ->> 'step_id')::uuid FROM docs AS g
+          WHERE g.d ? 'guarded_step'))
     ORDER BY s.order_id, s.seq
     FOR UPDATE
 ), verified AS (

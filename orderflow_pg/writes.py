@@ -173,16 +173,22 @@ def _json_value(value: object) -> Any:
 
 
 def expecting(doc: dict[str, Any], version: int, kept: OrderAggregate) -> dict[str, Any]:
-    """`doc`, to be written only while the order is still as `kept` (at `version`) says."""
+    """`doc`, to be written only while the order is still as `kept` (at `version`) says.
+
+    The live steps are compared (those a claim may take, `apply_changes`), all but the guarded
+    one: its own update is conditioned on the generation the change was decided under, which
+    is what the comparison would check, and that update locks it (a comparison locks first,
+    one WAL record more per result)."""
+    guarded = doc["guarded_step"]["step_id"] if "guarded_step" in doc else None
     return {
         **doc,
         "expect_order": kept.order.order_id,
         "expect_version": version,
-        "expect_steps": sorted(  # the live ones: those a claim may take (apply_changes)
+        "expect_steps": sorted(
             (
                 [str(s.step_id), s.attempt, s.status.value]
                 for s in kept.steps
-                if s.is_due_or_running
+                if s.is_due_or_running and s.step_id != guarded
             ),
             key=lambda entry: str(entry[0]),
         ),

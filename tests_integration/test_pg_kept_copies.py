@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
-from builders import T0, creation, new_order, new_step
+from builders import T0, at, creation, new_order, new_step, reserved_change
 from conftest import Run
 
 from orderflow_core.model import Change, OrderAggregate
@@ -165,3 +165,35 @@ def test_an_order_with_no_step_left_to_run_is_not_kept(
     ]
     assert reads == [1], "the finished order is read again; the live one is decided on its copy"
     assert run(a.load(done.order_id)).order.event_seq == 3
+
+
+def test_a_result_decided_on_a_kept_copy_after_its_step_was_claimed_again_is_fenced_off(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    """The guarded step is not compared with the copy (its own update checks the generation):
+    a result of a lease that expired and was claimed again by another worker writes nothing
+    but its rejection, though the order's version did not move."""
+    a, b = two_stores
+    order = new_order()
+    run(a.create(creation(order, key=None)))
+    [claim_a] = run(a.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    run(a.update_many([(order.order_id, noting([]))]))  # a keeps a copy: step running for A
+    [claim_b] = run(b.claim_due(owner="B", now=at(31), limit=1, lease_s=30))
+    assert (claim_b.step_id, claim_b.attempt) == (claim_a.step_id, claim_a.attempt + 1)
+    kept = run(a.load(order.order_id))
+    step = kept.steps[0]
+    late = reserved_change(kept.order, step, claim_a, worker="A")
+    reads.clear()
+    seen: list[tuple[int, str | None]] = []
+
+    def decide(aggregate: OrderAggregate) -> tuple[Change, str]:
+        seen.append((aggregate.steps[0].attempt, aggregate.steps[0].lease_owner))
+        return late, "decided"
+
+    assert run(a.update_many([(order.order_id, decide)])) == ["decided"]
+    assert seen == [(1, "A"), (2, "B")], "decided on the copy, fenced off, read and decided again"
+    assert reads == [1]
+    after = run(a.load(order.order_id))
+    assert after.order.state is OrderState.CREATED
+    assert (after.steps[0].attempt, after.steps[0].lease_owner) == (claim_b.attempt, "B")
+    assert run(a.audit_entries(order.order_id))[-1] == late.on_reject
