@@ -146,7 +146,7 @@ ALTER TABLE step_attempts ADD CONSTRAINT step_attempts_pkey PRIMARY KEY (step_id
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
-ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (step_id);
+ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);
 CREATE INDEX audit_log_order_idx ON public.audit_log USING btree (order_id, id);
@@ -167,8 +167,7 @@ CREATE UNIQUE INDEX users_pkey ON public.users USING btree (user_id);
 CREATE UNIQUE INDEX users_token_hash_key ON public.users USING btree (token_hash);
 CREATE INDEX workflow_steps_due_idx ON public.workflow_steps USING btree (next_attempt_at) WHERE (status = ANY (ARRAY['pending'::text, 'retry_scheduled'::text]));
 CREATE INDEX workflow_steps_lease_idx ON public.workflow_steps USING btree (lease_expires_at) WHERE (status = 'running'::text);
-CREATE UNIQUE INDEX workflow_steps_order_seq_key ON public.workflow_steps USING btree (order_id, seq);
-CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (step_id);
+CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (order_id, seq);
 
 CREATE SEQUENCE audit_log_id_seq AS bigint START 1 INCREMENT 1;
 

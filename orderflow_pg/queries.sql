@@ -127,9 +127,12 @@ WITH docs AS (
         last_error = r.last_error, result = r.result, refund_id = r.refund_id
     FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
     WHERE docs.d ? 'guarded_step'
-      AND s.step_id = r.step_id
-      AND s.step_id = ANY (ARRAY(
-          SELECT (g.d -> 'guarded_step' ->> 'step_id')::uuid FROM docs AS g
+      AND s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
+      AND s.order_id = ANY (ARRAY(
+          SELECT (g.d -> 'guarded_step' ->> 'order_id')::uuid FROM docs AS g
+          WHERE g.d ? 'guarded_step'))
+      AND s.seq = ANY (ARRAY(
+          SELECT (g.d -> 'guarded_step' ->> 'seq')::integer FROM docs AS g
           WHERE g.d ? 'guarded_step'))
       AND s.attempt = (docs.d ->> 'guard_attempt')::integer
       AND s.lease_owner = docs.d ->> 'guard_owner'
@@ -186,9 +189,13 @@ WITH docs AS (
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
         last_error = r.last_error, result = r.result, refund_id = r.refund_id
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
-    WHERE s.step_id = r.step_id
-      AND s.step_id = ANY (ARRAY(
-          SELECT (e ->> 'step_id')::uuid FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
+    WHERE s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
+      AND s.order_id = ANY (ARRAY(
+          SELECT (e ->> 'order_id')::uuid
+          FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
+      AND s.seq = ANY (ARRAY(
+          SELECT (e ->> 'seq')::integer
+          FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
 ), new_attempts AS (
     INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
     SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
@@ -307,21 +314,21 @@ GROUP BY state, attention_reason
 -- Each branch is an ordered scan of its own partial index that locks as it goes (SKIP LOCKED),
 -- so the cost is the number of live steps, never the number of finished ones.
 WITH due AS (
-    SELECT step_id, next_attempt_at AS due_at
+    SELECT order_id, seq, next_attempt_at AS due_at
     FROM workflow_steps
     WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
     ORDER BY next_attempt_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), expired AS (
-    SELECT step_id, lease_expires_at AS due_at
+    SELECT order_id, seq, lease_expires_at AS due_at
     FROM workflow_steps
     WHERE status = 'running' AND lease_expires_at <= %(now)s
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT step_id FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
+    SELECT order_id, seq FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
     ORDER BY due_at
     LIMIT %(limit)s
 )
@@ -331,13 +338,14 @@ UPDATE workflow_steps AS s SET
     lease_owner = %(owner)s,
     lease_expires_at = %(expires_at)s
 FROM picked
-WHERE s.step_id = picked.step_id
+WHERE s.order_id = picked.order_id AND s.seq = picked.seq
 RETURNING s.step_id, s.order_id, s.kind, s.attempt, s.lease_owner, s.lease_expires_at
 
 -- renew_lease --
 -- Extend a lease only while the claimer still holds it under the same generation
 UPDATE workflow_steps SET lease_expires_at = %(expires_at)s
-WHERE step_id = %(step_id)s
+WHERE order_id = %(order_id)s
+  AND step_id = %(step_id)s
   AND attempt = %(attempt)s
   AND lease_owner = %(owner)s
   AND status = 'running'

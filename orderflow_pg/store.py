@@ -479,6 +479,7 @@ class PgOrderStore:
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
         params = {
+            "order_id": claim.order_id,  # a step is found through its order (the key)
             "step_id": claim.step_id,
             "attempt": claim.attempt,
             "owner": claim.owner,
