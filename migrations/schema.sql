@@ -174,12 +174,12 @@ CREATE SEQUENCE audit_log_id_seq AS bigint START 1 INCREMENT 1;
 CREATE SEQUENCE outbox_seq_seq AS bigint START 1 INCREMENT 1;
 
 CREATE VIEW order_history AS
-SELECT outbox.order_id,
-    outbox.order_seq AS seq,
-    (outbox.payload ->> 'from'::text) AS from_state,
-    (outbox.payload ->> 'to'::text) AS to_state,
-    outbox.created_at AS at,
-    (outbox.payload ->> 'actor'::text) AS actor,
-    (outbox.payload ->> 'reason'::text) AS reason
+SELECT order_id,
+    order_seq AS seq,
+    (payload ->> 'from'::text) AS from_state,
+    (payload ->> 'to'::text) AS to_state,
+    created_at AS at,
+    (payload ->> 'actor'::text) AS actor,
+    (payload ->> 'reason'::text) AS reason
    FROM outbox
-  WHERE outbox.transition;
+  WHERE transition;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 import psycopg
@@ -59,7 +60,10 @@ SELECT sequencename, data_type::text, start_value, increment_by
 FROM pg_sequences WHERE schemaname = 'public' ORDER BY sequencename
 """
 VIEWS_SQL = """
-SELECT viewname, definition FROM pg_views WHERE schemaname = 'public' ORDER BY viewname
+SELECT v.viewname, v.definition,
+    ARRAY(SELECT u.table_name::text FROM information_schema.view_table_usage AS u
+          WHERE u.view_schema = 'public' AND u.view_name = v.viewname) AS tables
+FROM pg_views AS v WHERE v.schemaname = 'public' ORDER BY v.viewname
 """
 FUNCTIONS_SQL = """
 SELECT pg_get_functiondef(p.oid)
@@ -118,13 +122,21 @@ def render_schema(url: str) -> str:
         out += [f"{index};" for (index,) in conn.execute(INDEXES_SQL).fetchall()]
         for name, type_, start, step in conn.execute(SEQUENCES_SQL).fetchall():
             out += ["", f"CREATE SEQUENCE {name} AS {type_} START {start} INCREMENT {step};"]
-        for name, definition in conn.execute(VIEWS_SQL).fetchall():
-            out += ["", f"CREATE VIEW {name} AS", definition.strip()]
+        for name, definition, tables in conn.execute(VIEWS_SQL).fetchall():
+            out += ["", f"CREATE VIEW {name} AS", _unqualified(definition.strip(), tables)]
         for (definition,) in conn.execute(FUNCTIONS_SQL).fetchall():
             out += ["", definition.strip() + ";"]
         out.append("")
         out += [f"{trigger};" for (trigger,) in conn.execute(TRIGGERS_SQL).fetchall()]
     return "\n".join(line.rstrip() for line in "\n".join(out).splitlines()) + "\n"
+
+
+def _unqualified(definition: str, tables: list[str]) -> str:
+    """A view over one table as PostgreSQL 16 and later print it: its columns without the
+    table's name in front, which 15 adds (the snapshot is the same on every version)."""
+    if len(tables) != 1:
+        return definition
+    return re.sub(rf"\b{re.escape(tables[0])}\.(?=\w)", "", definition)
 
 
 def test_the_migrations_build_the_schema_in_the_snapshot(fresh_database_url: str) -> None:
