@@ -56,20 +56,13 @@ def create_order(
         trace_parent=trace_parent,
     )
     d = new_order_draft(order, ctx)
-    d.history.append(
-        HistoryEntry(
-            order.order_id, 1, None, OrderState.CREATED, ctx.now, ctx.actor, "order placed"
-        )
+    entry = HistoryEntry(
+        order.order_id, 1, None, OrderState.CREATED, ctx.now, ctx.actor, "order placed"
     )
+    d.history.append(entry)
     d.emit(
         state_event(OrderState.CREATED),
-        {
-            "from": None,
-            "to": "created",
-            "reason": "order placed",
-            "actor": ctx.actor,
-            "total_minor": order.total_minor,
-        },
+        {**entry.event_payload(), "total_minor": order.total_minor},
     )
     d.note(Audit.ORDER_CREATED, "created", idempotency_key=idem.key)
     d.new_step(StepKind.RESERVE)

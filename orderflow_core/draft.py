@@ -84,19 +84,17 @@ class Draft:
         current = self.order.state
         transitions.check(current, to, self.order.process_version)
         self.set_order(state=to, state_reason=reason)
-        self.history.append(
-            HistoryEntry(
-                self.order.order_id,
-                self.order.event_seq + 1,
-                current,
-                to,
-                self.now,
-                self.ctx.actor,
-                reason,
-            )
+        entry = HistoryEntry(
+            self.order.order_id,
+            self.order.event_seq + 1,
+            current,
+            to,
+            self.now,
+            self.ctx.actor,
+            reason,
         )
-        payload = {"from": current.value, "to": to.value, "reason": reason, "actor": self.ctx.actor}
-        self.emit(state_event(to), payload)
+        self.history.append(entry)
+        self.emit(state_event(to), entry.event_payload())
 
     def emit(self, event_type: str, payload: dict[str, Any]) -> None:
         seq = self.order.event_seq + 1

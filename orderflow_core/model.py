@@ -172,6 +172,16 @@ class HistoryEntry:
     actor: str
     reason: str
 
+    def event_payload(self) -> JsonDict:
+        """What the state event of this change says of it (`order.<to_state>`, emitted at `at`
+        with the entry's number): a store may keep the entry as that event alone."""
+        return {
+            "from": self.from_state.value if self.from_state else None,
+            "to": self.to_state.value,
+            "reason": self.reason,
+            "actor": self.actor,
+        }
+
 
 @attrs.frozen
 class AuditEntry:

@@ -136,14 +136,10 @@ def _event_docs(change: Change) -> list[dict[str, Any]]:
 def _says_the_same(entry: HistoryEntry, event: OutboxEvent) -> bool:
     """Whether a state event carries everything its history entry says (the view
     `order_history` reads the entry back from the event)."""
-    payload = event.payload
     return (
         event.type == state_event(entry.to_state)
         and event.created_at == entry.at
-        and payload.get("to") == entry.to_state.value
-        and payload.get("from") == (entry.from_state.value if entry.from_state else None)
-        and payload.get("reason") == entry.reason
-        and payload.get("actor") == entry.actor
+        and all(event.payload.get(key) == value for key, value in entry.event_payload().items())
     )
 
 

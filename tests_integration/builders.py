@@ -69,11 +69,11 @@ def new_step(
     )
 
 
-def event(order: Order, kind: str, *, number: int | None = None) -> OutboxEvent:
-    """An event of `order`, by default its newest (`event_seq`): its id is derived from the
-    order and its number, as the saga's are and as the store checks."""
+def event(order: Order, kind: str) -> OutboxEvent:
+    """`order`'s newest event (number `event_seq`): its id is derived from the order and that
+    number, as the saga's are and as the store checks."""
     return OutboxEvent(
-        event_id=ids.event_id(order.order_id, order.event_seq if number is None else number),
+        event_id=ids.event_id(order.order_id, order.event_seq),
         order_id=order.order_id,
         type=kind,
         payload={"order_id": str(order.order_id), "state": order.state.value},
@@ -89,8 +89,7 @@ def transition(
     entry = HistoryEntry(
         order.order_id, order.event_seq, before, order.state, order.updated_at, actor, reason
     )
-    moved = {"from": before.value if before else None, "to": order.state.value}
-    payload = {"order_id": str(order.order_id), "actor": actor, **moved, "reason": reason}
+    payload = {"order_id": str(order.order_id), **entry.event_payload()}
     return entry, OutboxEvent(
         ids.event_id(order.order_id, order.event_seq),
         order.order_id,
