@@ -1,10 +1,11 @@
 -- An order's history is the state-change events it emitted: each transition wrote a history row
 -- and an `order.<state>` event with the same number, instant, from, to, reason and actor (7 + 7
--- rows and ~1.6 KB of WAL per shipped order in `bench.worker_only`). The outbox now keeps each event's number within its order
--- (`order_seq`, the order's `event_seq` when it was emitted) and marks the transitions
--- (`transition`); history is read from those rows through the unique (order_id, order_seq),
--- which also takes over the de-duplication of replayed events from the unique event id (an
--- event's id is derived from its order and number, so the two are equally unique).
+-- rows and ~1.6 KB of WAL per shipped order in `bench.worker_only`). The outbox now keeps each
+-- event's number within its order (`order_seq`, the order's `event_seq` when it was emitted)
+-- and marks the transitions (`transition`); history is read from those rows through the unique
+-- (order_id, order_seq), which also takes over the de-duplication of replayed events from the
+-- unique event id (an event's id is derived from its order and number, so the two are equally
+-- unique).
 
 ALTER TABLE outbox
     ADD COLUMN order_seq integer,
