@@ -22,6 +22,16 @@ CREATE TABLE audit_log (
     details jsonb DEFAULT '{}'::jsonb NOT NULL
 );
 
+CREATE TABLE finished_attempts (
+    step_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    worker text NOT NULL,
+    finished_at timestamp with time zone,
+    outcome text NOT NULL,
+    error text
+);
+
 CREATE TABLE orders (
     order_id uuid NOT NULL,
     customer_id text NOT NULL,
@@ -89,16 +99,6 @@ CREATE TABLE schema_migrations (
     applied_at timestamp with time zone NOT NULL
 );
 
-CREATE TABLE step_attempts (
-    step_id uuid NOT NULL,
-    attempt integer NOT NULL,
-    started_at timestamp with time zone NOT NULL,
-    worker text NOT NULL,
-    finished_at timestamp with time zone,
-    outcome text,
-    error text
-);
-
 CREATE TABLE users (
     user_id text NOT NULL,
     role text NOT NULL,
@@ -125,11 +125,15 @@ CREATE TABLE workflow_steps (
     lease_expires_at timestamp with time zone,
     last_error text,
     result jsonb DEFAULT '{}'::jsonb NOT NULL,
-    refund_id uuid
+    refund_id uuid,
+    open_attempt integer,
+    open_started_at timestamp with time zone,
+    open_worker text
 ) WITH (fillfactor=80);
 
 ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, scope, key);
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+ALTER TABLE finished_attempts ADD CONSTRAINT finished_attempts_pkey PRIMARY KEY (step_id, attempt);
 ALTER TABLE orders ADD CONSTRAINT orders_attention_stamped CHECK (((attention_reason IS NULL) = (attention_since IS NULL)));
 ALTER TABLE orders ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
 ALTER TABLE orders ADD CONSTRAINT orders_total_minor_check CHECK ((total_minor >= 0));
@@ -142,15 +146,16 @@ ALTER TABLE refunds ADD CONSTRAINT refunds_amount_minor_check CHECK ((amount_min
 ALTER TABLE refunds ADD CONSTRAINT refunds_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
 ALTER TABLE refunds ADD CONSTRAINT refunds_pkey PRIMARY KEY (refund_id);
 ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
-ALTER TABLE step_attempts ADD CONSTRAINT step_attempts_pkey PRIMARY KEY (step_id, attempt);
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
+ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_open_attempt_whole CHECK ((((open_attempt IS NULL) = (open_started_at IS NULL)) AND ((open_attempt IS NULL) = (open_worker IS NULL))));
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);
 CREATE INDEX audit_log_order_idx ON public.audit_log USING btree (order_id, id);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
+CREATE UNIQUE INDEX finished_attempts_pkey ON public.finished_attempts USING btree (step_id, attempt);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);
 CREATE INDEX orders_newest_idx ON public.orders USING btree (created_at DESC, order_id DESC);
 CREATE UNIQUE INDEX orders_pkey ON public.orders USING btree (order_id);
@@ -162,7 +167,6 @@ CREATE UNIQUE INDEX processed_events_pkey ON public.processed_events USING btree
 CREATE INDEX refunds_order_idx ON public.refunds USING btree (order_id, created_at);
 CREATE UNIQUE INDEX refunds_pkey ON public.refunds USING btree (refund_id);
 CREATE UNIQUE INDEX schema_migrations_pkey ON public.schema_migrations USING btree (version);
-CREATE UNIQUE INDEX step_attempts_pkey ON public.step_attempts USING btree (step_id, attempt);
 CREATE UNIQUE INDEX users_pkey ON public.users USING btree (user_id);
 CREATE UNIQUE INDEX users_token_hash_key ON public.users USING btree (token_hash);
 CREATE INDEX workflow_steps_due_idx ON public.workflow_steps USING btree (next_attempt_at) WHERE (status = ANY (ARRAY['pending'::text, 'retry_scheduled'::text]));
@@ -183,3 +187,23 @@ SELECT order_id,
     (payload ->> 'reason'::text) AS reason
    FROM outbox
   WHERE transition;
+
+CREATE VIEW step_attempts AS
+SELECT finished_attempts.step_id,
+    finished_attempts.attempt,
+    finished_attempts.started_at,
+    finished_attempts.worker,
+    finished_attempts.finished_at,
+    finished_attempts.outcome,
+    finished_attempts.error
+   FROM finished_attempts
+UNION ALL
+ SELECT workflow_steps.step_id,
+    workflow_steps.open_attempt AS attempt,
+    workflow_steps.open_started_at AS started_at,
+    workflow_steps.open_worker AS worker,
+    NULL::timestamp with time zone AS finished_at,
+    NULL::text AS outcome,
+    NULL::text AS error
+   FROM workflow_steps
+  WHERE (workflow_steps.open_attempt IS NOT NULL);

@@ -1,7 +1,8 @@
 -- lock_aggregate --
--- One order with its steps (each with its attempts) and its refunds as jsonb; the order and step
--- rows stay locked until commit, so a concurrent claim skips the steps while a decision is
--- applied. Attempts are a correlated subquery per step: always the primary key's index.
+-- One order with its steps (each with its ended attempts; the one under way is on the step's
+-- row) and its refunds as jsonb; the order and step rows stay locked until commit, so a
+-- concurrent claim skips the steps while a decision is applied. Attempts are a correlated
+-- subquery per step: always the primary key's index.
 WITH o AS (
     SELECT * FROM orders WHERE order_id = %(order_id)s FOR UPDATE
 ), s AS (
@@ -12,7 +13,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
         ORDER BY s.seq), '[]') FROM s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
@@ -37,7 +38,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
         ORDER BY s.seq), '[]') FROM s WHERE s.order_id = o.order_id) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = o.order_id) AS refund_rows
@@ -50,7 +51,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -65,7 +66,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM step_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -90,9 +91,10 @@ SELECT
 -- none of the three). Finished steps are neither locked nor compared: each lock is a WAL record.
 -- Nor is a document's guarded step: its update (`guarded`) holds only under the generation the
 -- change was decided under, re-checked on the newest row version, and locks the row itself.
--- Steps and attempts are inserted plainly (`new_steps`, `new_attempts`) or updated (`steps`,
--- `attempts`): writes.py knows which from the aggregate the change was decided on, and an
--- upsert's speculative insertion costs a WAL record of its own per row.
+-- Steps and ended attempts are inserted plainly (`new_steps`, `new_attempts`) or updated
+-- (`steps`, `attempts`): writes.py knows which from the aggregate the change was decided on,
+-- and an upsert's speculative insertion costs a WAL record of its own per row. A step's attempt
+-- under way is columns of its row (`open_*`); it becomes a `finished_attempts` row when it ends.
 -- One row per document says whether it was applied.
 WITH docs AS (
     SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
@@ -124,7 +126,9 @@ WITH docs AS (
         status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
         armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
-        last_error = r.last_error, result = r.result, refund_id = r.refund_id
+        last_error = r.last_error, result = r.result, refund_id = r.refund_id,
+        open_attempt = r.open_attempt, open_started_at = r.open_started_at,
+        open_worker = r.open_worker
     FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
     WHERE docs.d ? 'guarded_step'
       AND s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
@@ -175,19 +179,22 @@ WITH docs AS (
     INSERT INTO workflow_steps (
         step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
         max_attempts, armed_attempt, next_attempt_at, lease_owner, lease_expires_at,
-        last_error, result, refund_id
+        last_error, result, refund_id, open_attempt, open_started_at, open_worker
     )
     SELECT
         r.step_id, r.order_id, r.kind, r.seq, r.status, r.idempotency_key, r.created_at,
         r.attempt, r.max_attempts, r.armed_attempt, r.next_attempt_at, r.lease_owner,
-        r.lease_expires_at, r.last_error, r.result, r.refund_id
+        r.lease_expires_at, r.last_error, r.result, r.refund_id, r.open_attempt,
+        r.open_started_at, r.open_worker
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'new_steps') AS r
 ), steps AS (
     UPDATE workflow_steps AS s SET
         status = r.status, attempt = r.attempt, max_attempts = r.max_attempts,
         armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
-        last_error = r.last_error, result = r.result, refund_id = r.refund_id
+        last_error = r.last_error, result = r.result, refund_id = r.refund_id,
+        open_attempt = r.open_attempt, open_started_at = r.open_started_at,
+        open_worker = r.open_worker
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
     WHERE s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
       AND s.order_id = ANY (ARRAY(
@@ -197,14 +204,16 @@ WITH docs AS (
           SELECT (e ->> 'seq')::integer
           FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
 ), new_attempts AS (
-    INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
+    INSERT INTO finished_attempts (
+        step_id, attempt, started_at, worker, finished_at, outcome, error
+    )
     SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
-    FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'new_attempts') AS r
+    FROM fence, jsonb_populate_recordset(NULL::finished_attempts, fence.d -> 'new_attempts') AS r
 ), attempts AS (
-    UPDATE step_attempts AS a SET
+    UPDATE finished_attempts AS a SET
         started_at = r.started_at, worker = r.worker, finished_at = r.finished_at,
         outcome = r.outcome, error = r.error
-    FROM fence, jsonb_populate_recordset(NULL::step_attempts, fence.d -> 'attempts') AS r
+    FROM fence, jsonb_populate_recordset(NULL::finished_attempts, fence.d -> 'attempts') AS r
     WHERE a.step_id = r.step_id AND a.attempt = r.attempt
       AND a.step_id = ANY (ARRAY(
           SELECT (e ->> 'step_id')::uuid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -73,4 +74,7 @@ def _step(data: rows.Row) -> Step:
     attempts = tuple(
         rows.attempt_from_row(rows.json_row(Attempt, a)) for a in data.pop("attempt_rows")
     )
-    return rows.step_from_row(rows.json_row(Step, data), attempts)
+    step = rows.json_row(Step, data)
+    if step["open_started_at"] is not None:
+        step["open_started_at"] = datetime.fromisoformat(step["open_started_at"])
+    return rows.step_from_row(step, attempts)

@@ -75,12 +75,30 @@ def order_doc(order: Order) -> Params:
 
 
 def step_doc(step: Step) -> Params:
-    """A step in `apply_changes`'s document (its attempts are entries of their own)."""
-    return _doc(step, without=("attempts",))
+    """A step in `apply_changes`'s document: its attempt under way, if any, goes on its row
+    (`open_attempt`, `open_started_at`, `open_worker`); its ended attempts are entries of their
+    own (`attempt_doc`)."""
+    doc = _doc(step, without=("attempts",))
+    running = open_attempt(step)
+    doc["open_attempt"] = running.attempt if running is not None else None
+    doc["open_started_at"] = running.started_at if running is not None else None
+    doc["open_worker"] = running.worker if running is not None else None
+    return doc
+
+
+def open_attempt(step: Step) -> Attempt | None:
+    """The step's attempt under way (no outcome yet), which its row keeps; a step with more
+    than one is refused (starting an attempt closes any earlier one that never reported)."""
+    running = [a for a in step.attempts if a.outcome is None]
+    if len(running) > 1:
+        raise ValueError(f"step {step.step_id} has {len(running)} attempts under way")
+    return running[0] if running else None
 
 
 def attempt_doc(step_id: UUID, attempt: Attempt) -> Params:
-    """An attempt in `apply_changes`'s document."""
+    """An ended attempt in `apply_changes`'s document (a `finished_attempts` row)."""
+    if attempt.outcome is None:
+        raise ValueError(f"attempt {attempt.attempt} of step {step_id} has not ended")
     return {"step_id": step_id, **_doc(attempt)}
 
 
@@ -116,16 +134,21 @@ def order_from_row(row: Row) -> Order:
     return Order(**fields)
 
 
-def step_from_row(row: Row, attempts: tuple[Attempt, ...]) -> Step:
-    """A `workflow_steps` row, with its attempts, as the core's value."""
+def step_from_row(row: Row, finished: tuple[Attempt, ...]) -> Step:
+    """A `workflow_steps` row, with its ended attempts, as the core's value; the attempt under
+    way on the row, if any, comes after them."""
     fields = _pick(Step, row, without=("attempts",))
     fields["kind"] = StepKind(row["kind"])
     fields["status"] = StepStatus(row["status"])
+    attempts = finished
+    if row["open_attempt"] is not None:
+        running = Attempt(row["open_attempt"], row["open_started_at"], row["open_worker"])
+        attempts = tuple(sorted((*finished, running), key=lambda a: a.attempt))
     return Step(**fields, attempts=attempts)
 
 
 def attempt_from_row(row: Row) -> Attempt:
-    """A `step_attempts` row as the core's value."""
+    """A `finished_attempts` row as the core's value."""
     return Attempt(**_pick(Attempt, row))
 
 

@@ -52,8 +52,8 @@ def documents(docs: list[dict[str, Any]]) -> str:
 def change_doc(
     change: Change, before: OrderAggregate | None = None, *, new: bool = False
 ) -> dict[str, Any]:
-    """One change's document for `apply_changes`; of the attempts only those new or changed
-    since `before`, and the guarded step under its own key, with the generation that must
+    """One change's document for `apply_changes`; of the ended attempts only those new or
+    changed since `before`, and the guarded step under its own key, with the generation that must
     hold."""
     doc: dict[str, Any] = {}
     guard = change.guard
@@ -74,8 +74,12 @@ def change_doc(
         had = before.step(step.step_id) if before is not None else None
         if step is not guarded:
             doc["steps" if had is not None else "new_steps"].append(rows.step_doc(step))
-        known = {a.attempt: a for a in had.attempts} if had is not None else {}
+        # The attempt under way rides on the step's row (`rows.step_doc`); an ended one is
+        # written once, when it ends, unless it had ended already.
+        known = {a.attempt: a for a in had.attempts if a.outcome is not None} if had else {}
         for attempt in step.attempts:
+            if attempt.outcome is None:
+                continue
             old = known.get(attempt.attempt)
             if old is None:
                 doc["new_attempts"].append(rows.attempt_doc(step.step_id, attempt))

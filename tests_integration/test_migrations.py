@@ -40,8 +40,10 @@ def _names(cls: type[Any], *extra: str) -> set[str]:
 # Every model field is a column of the same name (rows.py relies on that), plus bookkeeping.
 EXPECTED_COLUMNS = {
     "orders": _names(Order, "version"),  # the store's own fence (0006), not a model field
-    "workflow_steps": _names(Step) - {"attempts"},
-    "step_attempts": _names(Attempt, "step_id"),
+    "workflow_steps": (_names(Step) - {"attempts"})
+    | {"open_attempt", "open_started_at", "open_worker"},  # the attempt under way (0021)
+    "finished_attempts": _names(Attempt, "step_id"),
+    "step_attempts": _names(Attempt, "step_id"),  # a view: the ended ones and those under way
     "refunds": _names(Refund),
     "order_history": _names(HistoryEntry),  # a view over the outbox's transitions (0019)
     "audit_log": _names(AuditEntry, "id"),
@@ -226,3 +228,72 @@ def test_0019_refuses_a_history_its_events_do_not_show_and_changes_nothing(
             " WHERE table_name = 'outbox' AND column_name = 'order_seq'"
         ).fetchone()
     assert kept == (0,)
+
+
+# What a database migrated through 0020 holds for one step: an ended attempt and the next one
+# under way (0021 moves it onto the step's row), or, for the refusal, two attempts under way.
+OLD_ATTEMPTS = """
+INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version, state,
+                    created_at, updated_at)
+VALUES (%(order)s, 'alice', '[]', 100, 'RUB', 1, 'reserved', %(t0)s, %(t1)s);
+INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, idempotency_key, created_at,
+                            attempt, max_attempts, lease_owner, lease_expires_at)
+VALUES (%(step)s, %(order)s, 'charge', 1, 'running', 'k', %(t0)s, 2, 5, 'w2', %(t1)s);
+INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
+VALUES (%(step)s, 1, %(t0)s, 'w1', %(t1)s, %(first)s, NULL),
+       (%(step)s, 2, %(t1)s, 'w2', NULL, NULL, NULL)
+"""
+
+
+def _through_0020(url: str, first_outcome: str | None) -> dict[str, Any]:
+    params = {"step": uuid.uuid4(), "order": uuid.uuid4(), "t0": T0, "t1": at(5),
+              "first": first_outcome}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for file in migration_files():
+            if file.version < 21:
+                conn.execute(file.sql.encode("utf-8"))
+        with conn.cursor() as cursor:
+            for statement in OLD_ATTEMPTS.split(";"):
+                cursor.execute(statement, params)
+    return params
+
+
+def _migration_0021() -> bytes:
+    [file] = [f for f in migration_files() if f.version == 21]
+    return file.sql.encode("utf-8")
+
+
+def test_0021_moves_the_attempt_under_way_onto_its_step_and_shows_every_attempt_as_before(
+    fresh_database_url: str,
+) -> None:
+    params = _through_0020(fresh_database_url, "transient")
+    show = "SELECT * FROM step_attempts ORDER BY step_id, attempt"
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        before = conn.execute(show).fetchall()
+        conn.execute(_migration_0021())
+        after = conn.execute(show).fetchall()
+        finished = conn.execute("SELECT step_id, attempt FROM finished_attempts").fetchall()
+        on_step = conn.execute(
+            "SELECT open_attempt, open_started_at, open_worker FROM workflow_steps"
+        ).fetchall()
+    assert after == before
+    assert finished == [(params["step"], 1)]
+    assert on_step == [(2, at(5), "w2")]
+
+
+def test_0021_refuses_a_step_with_two_attempts_under_way_and_changes_nothing(
+    fresh_database_url: str,
+) -> None:
+    _through_0020(fresh_database_url, None)
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        refused = pytest.raises(psycopg.errors.RaiseException, match="1 step")
+        with refused, conn.transaction():
+            conn.execute(_migration_0021())
+        kept = conn.execute(
+            "SELECT count(*) FROM step_attempts WHERE outcome IS NULL"
+        ).fetchone()
+        table = conn.execute(
+            "SELECT table_type FROM information_schema.tables WHERE table_name = 'step_attempts'"
+        ).fetchone()
+    assert kept == (2,)
+    assert table == ("BASE TABLE",)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.postgres
 
 ORDERS = 2_000
 STEPS_PER_ORDER = 4
-HOT_TABLES = {"orders", "workflow_steps", "step_attempts"}
+HOT_TABLES = {"orders", "workflow_steps", "finished_attempts"}
 
 FILL = [
     """INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version,
@@ -37,9 +37,9 @@ FILL = [
        SELECT md5(n::text || '/' || k)::uuid, md5(n::text)::uuid, 'ship', k, 'succeeded',
               n || '/' || k, now(), 5
        FROM generate_series(1, %(orders)s) AS n, generate_series(1, %(steps)s) AS k""",
-    """INSERT INTO step_attempts (step_id, attempt, started_at, worker)
-       SELECT step_id, 1, now(), 'w' FROM workflow_steps""",
-    "ANALYZE orders, workflow_steps, step_attempts",
+    """INSERT INTO finished_attempts (step_id, attempt, started_at, worker, finished_at, outcome)
+       SELECT step_id, 1, now(), 'w', now(), 'succeeded' FROM workflow_steps""",
+    "ANALYZE orders, workflow_steps, finished_attempts",
 ]
 
 
@@ -52,7 +52,10 @@ def _step(step_id: str, order_id: str) -> dict[str, Any]:
 
 
 def _attempt(step_id: str) -> dict[str, Any]:
-    return {"step_id": step_id, "attempt": 1, "started_at": "2026-01-01T00:00:00Z", "worker": "w"}
+    return {
+        "step_id": step_id, "attempt": 1, "started_at": "2026-01-01T00:00:00Z", "worker": "w",
+        "finished_at": "2026-01-01T00:00:01Z", "outcome": "succeeded",
+    }
 
 
 def _result_documents(count: int) -> str:

@@ -20,8 +20,8 @@ from conftest import Run
 
 from orderflow_core import ids
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
-from orderflow_core.states import RefundStatus, Role
+from orderflow_core.model import Attempt, Change, Claim, OrderAggregate, OutboxEvent, Refund
+from orderflow_core.states import AttemptOutcome, RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
 from orderflow_pg.feed import FeedHorizon
@@ -354,3 +354,42 @@ def test_the_history_is_read_back_from_the_state_events_with_the_other_events_le
     assert view[1] == list(created.history)
     types = [e.type for e in run(pg_store.unpublished_events(10))]
     assert types == ["order.created", "order.poked"]
+
+
+def test_an_attempt_under_way_rides_on_its_step_row_and_is_written_once_when_it_ends(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    step = run(pg_store.load(order.order_id)).steps[0]
+    under_way = Attempt(claim.attempt, at(1), "A")
+    opened = attrs.evolve(step, attempts=(under_way,))
+    run(pg_store.update(order.order_id, lambda _: (Change(steps=(opened,)), None)))
+    on_row = "SELECT open_attempt, open_started_at, open_worker FROM workflow_steps"
+    ended = "SELECT attempt, started_at, worker, finished_at, outcome FROM finished_attempts"
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(on_row).fetchall() == [(claim.attempt, at(1), "A")]
+        assert conn.execute(ended).fetchall() == []
+    before = run(pg_store.load(order.order_id))
+    assert before.steps[0].attempts == (under_way,)
+
+    done = attrs.evolve(under_way, finished_at=at(2), outcome=AttemptOutcome.SUCCEEDED)
+    closed = attrs.evolve(opened, attempts=(done,))
+    doc = change_doc(Change(steps=(closed,)), before)
+    assert (len(doc["new_attempts"]), doc["attempts"]) == (1, [])  # one insert, no update
+    run(pg_store.update(order.order_id, lambda _: (Change(steps=(closed,)), None)))
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(on_row).fetchall() == [(None, None, None)]
+        assert conn.execute(ended).fetchall() == [(claim.attempt, at(1), "A", at(2), "succeeded")]
+        shown = conn.execute("SELECT attempt, outcome FROM step_attempts").fetchall()
+    assert shown == [(claim.attempt, "succeeded")]
+    assert run(pg_store.load(order.order_id)).steps[0].attempts == (done,)
+
+
+def test_a_step_with_two_attempts_under_way_is_refused() -> None:
+    order = new_order()
+    step = creation(order, key=None).steps[0]
+    twice = attrs.evolve(step, attempts=(Attempt(1, at(1), "A"), Attempt(2, at(2), "B")))
+    with pytest.raises(ValueError, match="2 attempts under way"):
+        change_doc(Change(steps=(twice,)))

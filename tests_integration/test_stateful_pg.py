@@ -28,7 +28,7 @@ pytestmark = pytest.mark.postgres
 DEFAULT_EXAMPLES = "300" if os.environ.get("HYPOTHESIS_PROFILE") == "long" else "40"
 EXAMPLES = int(os.environ.get("ORDERFLOW_PG_STATEFUL_EXAMPLES", DEFAULT_EXAMPLES))
 TABLES = (
-    "orders, workflow_steps, step_attempts, refunds, outbox, "
+    "orders, workflow_steps, finished_attempts, refunds, outbox, "
     "processed_events, audit_log, api_idempotency"
 )
 
