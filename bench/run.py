@@ -25,7 +25,7 @@ RESULTS = launch.REPO / "bench" / "results"
 QUICK: dict[str, Any] = {
     "orders": 300, "latencies": [0], "workers": [1], "sweep": [0.5, 1.0], "sweep_seconds": 4.0,
     "sweep_at": "0:1", "peers": "pgqueuer-asyncpg", "ceiling_seconds": 5.0, "pgbench_scale": 2,
-    "prefill": 1000,
+    "prefill": 1000, "pairs": 0,
 }
 
 
@@ -58,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peers", default="pgqueuer-asyncpg,procrastinate",
                    help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate; or none")
     p.add_argument("--peer-orders", type=int, default=None, help="default: --orders")
+    p.add_argument("--pairs", type=int, default=3,
+                   help="at each mocks latency, this many alternated runs of ours (1 worker, "
+                        "--peer-orders orders) and pgqueuer-asyncpg, for the ratio's spread "
+                        "on this host; 0 skips them (--quick: 0)")
     p.add_argument("--ceiling-seconds", type=float, default=20.0)
     p.add_argument("--prefill", type=int, default=10000,
                    help="finished orders in every run's database before its load, vacuumed and "
@@ -228,6 +232,32 @@ async def _peers(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, A
     return {"versions": versions, "runs": runs}
 
 
+PAIRED_PEER = "pgqueuer-asyncpg"
+
+
+async def _pairs(args: argparse.Namespace, setup: scenario.Setup) -> list[dict[str, Any]]:
+    """Ours and the paired peer in turn, `--pairs` times per mocks latency: on a host whose
+    speed drifts by tens of percent within minutes, one run of each gives a ratio that moves
+    by ±0.15; each pair's two runs are minutes apart at most, and the spread of the pairs says
+    how far one ratio can be trusted."""
+    if args.pairs <= 0 or peer.ensure_installed() is None:
+        return []
+    pairs = []
+    for latency in args.latencies:
+        for k in range(args.pairs):
+            name = f"pair{k}_l{latency}"
+            print(f"pair {k + 1}/{args.pairs}, mocks {latency} ms: {args.peer_orders} orders "
+                  f"(1 worker), then {PAIRED_PEER}", flush=True)
+            ours = await scenario.run(setup, name, latency=latency, workers=1,
+                                      load_spec=scenario.Load(orders=args.peer_orders))
+            theirs = await peer.run(setup, PAIRED_PEER, latency=latency,
+                                    orders=args.peer_orders, concurrency=args.concurrency)
+            pairs.append({"mocks_latency_ms": latency, "ours": ours.get("orders_per_s"),
+                          "peer": theirs.get("chains_per_s")})
+            print(f"  {pairs[-1]['ours']} orders/s, {pairs[-1]['peer']} chains/s", flush=True)
+    return pairs
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     launcher = launch.choose_launcher(args.launcher)
@@ -251,6 +281,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         results["soak"] = await _soak(args, setup, top)
         results["profile_run"] = await _profile(args, setup) if args.profile else None
         results["peers"] = await _peers(args, setup)
+        results["pairs"] = await _pairs(args, setup)
     finally:
         pgadmin.drop_database(args.database_url, setup.template)
     facts["load_average_at_end"] = machine.load_average()
