@@ -322,6 +322,11 @@ GROUP BY state, attention_reason
 -- Lease due steps and steps whose lease expired: attempt + 1, owner, expiry, in one statement.
 -- Each branch is an ordered scan of its own partial index that locks as it goes (SKIP LOCKED),
 -- so the cost is the number of live steps, never the number of finished ones.
+-- Each claimed step comes with its order's aggregate as `lock_aggregates` returns it, without
+-- locks: read from the statement's snapshot, so as it was before the claim (the store puts
+-- the claim in), it is what the store keeps as its copy of the order to decide the attempt's
+-- start on; the start's write checks under row locks that the order is still as read (its
+-- version, its live steps), and reads it again if not.
 WITH due AS (
     SELECT order_id, seq, next_attempt_at AS due_at
     FROM workflow_steps
@@ -340,15 +345,28 @@ WITH due AS (
     SELECT order_id, seq FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
     ORDER BY due_at
     LIMIT %(limit)s
+), claimed AS (
+    UPDATE workflow_steps AS s SET
+        status = 'running',
+        attempt = s.attempt + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = %(expires_at)s
+    FROM picked
+    WHERE s.order_id = picked.order_id AND s.seq = picked.seq
+    RETURNING s.step_id, s.order_id, s.kind, s.attempt, s.lease_owner, s.lease_expires_at
 )
-UPDATE workflow_steps AS s SET
-    status = 'running',
-    attempt = s.attempt + 1,
-    lease_owner = %(owner)s,
-    lease_expires_at = %(expires_at)s
-FROM picked
-WHERE s.order_id = picked.order_id AND s.seq = picked.seq
-RETURNING s.step_id, s.order_id, s.kind, s.attempt, s.lease_owner, s.lease_expires_at
+SELECT
+    c.step_id, c.order_id, c.kind, c.attempt, c.lease_owner, c.lease_expires_at,
+    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = c.order_id) AS order_row,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+        ORDER BY s.seq), '[]')
+     FROM workflow_steps AS s WHERE s.order_id = c.order_id) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = c.order_id) AS refund_rows
+FROM claimed AS c
 
 -- renew_lease --
 -- Extend a lease only while the claimer still holds it under the same generation

@@ -7,7 +7,18 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from orderflow_core.model import Attempt, HistoryEntry, Order, OrderAggregate, Refund, Step
+import attrs
+
+from orderflow_core.model import (
+    Attempt,
+    Claim,
+    HistoryEntry,
+    Order,
+    OrderAggregate,
+    Refund,
+    Step,
+)
+from orderflow_core.states import StepStatus
 from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
@@ -60,6 +71,42 @@ async def lock_aggregates(
         aggregate = _aggregate(order, steps, refunds)
         found[aggregate.order.order_id] = (aggregate, int(order["version"]))
     return found
+
+
+def claimed_aggregates(
+    found: Sequence[rows.Row], claims: Sequence[Claim]
+) -> dict[UUID, tuple[OrderAggregate, int]]:
+    """The aggregates `claim_due` returned beside its claims (read before the claim, from the
+    statement's snapshot), with every claim of each order put in: its step running under the
+    new attempt, owner and lease, as the claim wrote it. An order read without its row (gone
+    meanwhile) is left out."""
+    aggregates: dict[UUID, tuple[OrderAggregate, int]] = {}
+    for row in found:
+        if row["order_row"] is None or row["order_id"] in aggregates:
+            continue
+        aggregate = _aggregate(row["order_row"], row["step_rows"], row["refund_rows"])
+        aggregates[row["order_id"]] = (aggregate, int(row["order_row"]["version"]))
+    for claim in claims:
+        if claim.order_id not in aggregates:
+            continue
+        aggregate, version = aggregates[claim.order_id]
+        if aggregate.step(claim.step_id) is None:
+            del aggregates[claim.order_id]
+            continue
+        steps = tuple(
+            attrs.evolve(
+                step,
+                status=StepStatus.RUNNING,
+                attempt=claim.attempt,
+                lease_owner=claim.owner,
+                lease_expires_at=claim.lease_expires_at,
+            )
+            if step.step_id == claim.step_id
+            else step
+            for step in aggregate.steps
+        )
+        aggregates[claim.order_id] = (attrs.evolve(aggregate, steps=steps), version)
+    return aggregates
 
 
 def _aggregate(order: rows.Row, steps: list[rows.Row], refunds: list[rows.Row]) -> OrderAggregate:

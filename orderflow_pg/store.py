@@ -39,7 +39,7 @@ from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
-from orderflow_pg.reads import lock_aggregates, read_aggregate, read_view
+from orderflow_pg.reads import claimed_aggregates, lock_aggregates, read_aggregate, read_view
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     apply_documents,
@@ -70,7 +70,8 @@ class PgOrderStore:
         self.users = PgUsers(database)
         self._creates: list[tuple[Change, asyncio.Future[None]]] = []
         self._create_writer: asyncio.Task[None] | None = None
-        # Per order this store wrote last: (version, aggregate) as written, oldest first.
+        # Per order this store wrote or claimed a step of last: (version, aggregate) as written
+        # or as the claim read it with the claim put in, oldest first.
         self._kept: OrderedDict[UUID, tuple[int, OrderAggregate]] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
 
@@ -183,9 +184,10 @@ class PgOrderStore:
         self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
     ) -> list[T | Exception]:
         """A group commit: one `apply_changes` statement carrying every order's document, each
-        fenced by its own guard. An order this store wrote last (its kept copy) is decided on
-        that copy and written only if the order is still as the copy says (checked under row
-        locks inside the statement); the others are read first with one locking read. With only
+        fenced by its own guard. An order this store wrote or claimed in last (its kept copy)
+        is decided on that copy and written only if the order is still as the copy says
+        (checked under row locks inside the statement); the others are read first with one
+        locking read. With only
         kept copies the batch is that one statement alone (autocommit, one round trip);
         otherwise BEGIN, the locking read, the statement, COMMIT. An order whose copy turned
         out stale is then read and decided again, once. Pairs of an order already in the batch
@@ -460,21 +462,28 @@ class PgOrderStore:
         """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
         if limit <= 0:
             return []
-        claims = await self._claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
-        for claim in claims:  # the claim changed a step: a kept copy no longer holds
+        found = await self._claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        claims = [rows.claim_from_row(r) for r in found]
+        # What the statement read of each claimed order, with the claim put in, becomes the
+        # copy the attempt's start is decided on (`start_claimed`: one statement, no locking
+        # read); a copy kept before is replaced, since the claim changed a step of it.
+        copies = claimed_aggregates(found, claims)
+        for claim in claims:
             self._kept.pop(claim.order_id, None)
+        for order_id, (aggregate, version) in copies.items():
+            self._keep(order_id, version, aggregate)
         return claims
 
     async def _claim_due(
         self, *, owner: str, now: datetime, limit: int, lease_s: float
-    ) -> list[Claim]:
+    ) -> list[rows.Row]:
         params = {
             "owner": owner,
             "now": now,
             "expires_at": now + timedelta(seconds=lease_s),
             "limit": limit,
         }
-        return [rows.claim_from_row(r) for r in await self._fetch_all("claim_due", params)]
+        return await self._fetch_all("claim_due", params)
 
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""

@@ -197,3 +197,57 @@ def test_a_result_decided_on_a_kept_copy_after_its_step_was_claimed_again_is_fen
     assert after.order.state is OrderState.CREATED
     assert (after.steps[0].attempt, after.steps[0].lease_owner) == (claim_b.attempt, "B")
     assert run(a.audit_entries(order.order_id))[-1] == late.on_reject
+
+
+def test_a_claim_keeps_what_it_read_so_the_start_is_decided_without_a_locking_read(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    """The claim statement returns each claimed order's aggregate beside the claim; with the
+    claim put in, it is exactly what a fresh read shows, and the start is decided on it."""
+    a, b = two_stores
+    orders = [new_order() for _ in range(3)]
+    both = new_order()  # two steps of one order claimed by the same statement
+    timer = new_step(both, kind=StepKind.EXPIRE_RESERVATION, seq=2, due=T0)
+    for order in orders:
+        run(b.create(creation(order, key=None)))
+    run(b.create(attrs.evolve(creation(both, key=None), steps=(new_step(both), timer))))
+    claims = run(a.claim_due(owner="A", now=T0, limit=10, lease_s=30))
+    assert len(claims) == 5
+    fresh = {o.order_id: run(b.load(o.order_id)) for o in [*orders, both]}
+    decided_on: dict[Any, OrderAggregate] = {}
+
+    def start(aggregate: OrderAggregate) -> tuple[Change, None]:
+        decided_on[aggregate.order.order_id] = aggregate
+        order = attrs.evolve(aggregate.order, event_seq=aggregate.order.event_seq + 1)
+        return Change(order=order), None
+
+    ids = [o.order_id for o in [*orders, both]]
+    run(a.update_many([(order_id, start) for order_id in ids]))
+    assert reads == [], "decided on what the claim read"
+    assert decided_on == fresh
+    steps = decided_on[both.order_id].steps
+    assert [(s.status, s.attempt, s.lease_owner) for s in steps] == [
+        (StepStatus.RUNNING, 1, "A"),
+        (StepStatus.RUNNING, 1, "A"),
+    ]
+    assert all(run(b.load(i)).order.event_seq == 2 for i in ids)
+
+
+def test_an_order_changed_between_its_claim_and_the_start_is_read_again(
+    two_stores: tuple[PgOrderStore, PgOrderStore], reads: list[int], run: Run[Any]
+) -> None:
+    a, b = two_stores
+    order = new_order()
+    run(b.create(creation(order, key=None)))
+    run(a.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+
+    def cancel(aggregate: OrderAggregate) -> tuple[Change, None]:
+        return Change(order=attrs.evolve(aggregate.order, state=OrderState.CANCELLED)), None
+
+    run(b.update(order.order_id, cancel))  # a command in another process, after the claim
+    seen: list[tuple[int, OrderState]] = []
+    assert run(a.update_many([(order.order_id, noting(seen))])) == [1]
+    assert seen == [(1, OrderState.CREATED), (1, OrderState.CANCELLED)]
+    assert reads == [1]
+    after = run(a.load(order.order_id)).order
+    assert (after.state, after.event_seq) == (OrderState.CANCELLED, 2)
