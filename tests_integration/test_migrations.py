@@ -175,17 +175,30 @@ INSERT INTO outbox (event_id, order_id, type, payload, created_at) VALUES
 def _through_0018(url: str, reason: str) -> tuple[uuid.UUID, dict[str, Any]]:
     order = uuid.uuid4()
     params = {"order": order, "t0": T0, "t1": at(5), "reason": reason}
-    with psycopg.connect(url, autocommit=True) as conn:
-        for file in migration_files():
-            if file.version < 19:
-                conn.execute(file.sql.encode("utf-8"))
-        for statement in OLD_ORDER:
-            conn.execute(statement, params)
+    _old_database(url, 19, OLD_ORDER, params)
     return order, params
 
 
-def _migration_0019() -> bytes:
-    [file] = [f for f in migration_files() if f.version == 19]
+def _old_database(
+    url: str, version: int, statements: tuple[str, ...], params: dict[str, Any]
+) -> None:
+    """A database of the release before `version`: its migrations, then `statements`."""
+    _migrate_before(url, version)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement, params)
+
+
+def _migrate_before(url: str, version: int) -> None:
+    """Apply every migration older than `version`, as a database of that release has them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for file in migration_files():
+            if file.version < version:
+                conn.execute(file.sql.encode("utf-8"))
+
+
+def _migration(version: int) -> bytes:
+    [file] = [f for f in migration_files() if f.version == version]
     return file.sql.encode("utf-8")
 
 
@@ -194,7 +207,7 @@ def test_0019_numbers_the_events_and_keeps_the_history_as_a_view(
 ) -> None:
     order, _ = _through_0018(fresh_database_url, "stock reserved")
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-        conn.execute(_migration_0019())
+        conn.execute(_migration(19))
         numbered = conn.execute(
             "SELECT order_seq, type, transition FROM outbox ORDER BY seq"
         ).fetchall()
@@ -221,7 +234,7 @@ def test_0019_refuses_a_history_its_events_do_not_show_and_changes_nothing(
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
         refused = pytest.raises(psycopg.errors.RaiseException, match="1 history row")
         with refused, conn.transaction():
-            conn.execute(_migration_0019())
+            conn.execute(_migration(19))
         assert conn.execute("SELECT count(*) FROM order_history").fetchone() == (2,)
         kept = conn.execute(
             "SELECT count(*) FROM information_schema.columns"
@@ -232,35 +245,30 @@ def test_0019_refuses_a_history_its_events_do_not_show_and_changes_nothing(
 
 # What a database migrated through 0020 holds for one step: an ended attempt and the next one
 # under way (0021 moves it onto the step's row), or, for the refusal, two attempts under way.
-OLD_ATTEMPTS = """
+OLD_ATTEMPTS = (
+    """
 INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version, state,
                     created_at, updated_at)
-VALUES (%(order)s, 'alice', '[]', 100, 'RUB', 1, 'reserved', %(t0)s, %(t1)s);
+VALUES (%(order)s, 'alice', '[]', 100, 'RUB', 1, 'reserved', %(t0)s, %(t1)s)
+""",
+    """
 INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, idempotency_key, created_at,
                             attempt, max_attempts, lease_owner, lease_expires_at)
-VALUES (%(step)s, %(order)s, 'charge', 1, 'running', 'k', %(t0)s, 2, 5, 'w2', %(t1)s);
+VALUES (%(step)s, %(order)s, 'charge', 1, 'running', 'k', %(t0)s, 2, 5, 'w2', %(t1)s)
+""",
+    """
 INSERT INTO step_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
 VALUES (%(step)s, 1, %(t0)s, 'w1', %(t1)s, %(first)s, NULL),
        (%(step)s, 2, %(t1)s, 'w2', NULL, NULL, NULL)
-"""
+""",
+)
 
 
 def _through_0020(url: str, first_outcome: str | None) -> dict[str, Any]:
     params = {"step": uuid.uuid4(), "order": uuid.uuid4(), "t0": T0, "t1": at(5),
               "first": first_outcome}
-    with psycopg.connect(url, autocommit=True) as conn:
-        for file in migration_files():
-            if file.version < 21:
-                conn.execute(file.sql.encode("utf-8"))
-        with conn.cursor() as cursor:
-            for statement in OLD_ATTEMPTS.split(";"):
-                cursor.execute(statement, params)
+    _old_database(url, 21, OLD_ATTEMPTS, params)
     return params
-
-
-def _migration_0021() -> bytes:
-    [file] = [f for f in migration_files() if f.version == 21]
-    return file.sql.encode("utf-8")
 
 
 def test_0021_moves_the_attempt_under_way_onto_its_step_and_shows_every_attempt_as_before(
@@ -270,7 +278,7 @@ def test_0021_moves_the_attempt_under_way_onto_its_step_and_shows_every_attempt_
     show = "SELECT * FROM step_attempts ORDER BY step_id, attempt"
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
         before = conn.execute(show).fetchall()
-        conn.execute(_migration_0021())
+        conn.execute(_migration(21))
         after = conn.execute(show).fetchall()
         finished = conn.execute("SELECT step_id, attempt FROM finished_attempts").fetchall()
         on_step = conn.execute(
@@ -288,7 +296,7 @@ def test_0021_refuses_a_step_with_two_attempts_under_way_and_changes_nothing(
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
         refused = pytest.raises(psycopg.errors.RaiseException, match="1 step")
         with refused, conn.transaction():
-            conn.execute(_migration_0021())
+            conn.execute(_migration(21))
         kept = conn.execute(
             "SELECT count(*) FROM step_attempts WHERE outcome IS NULL"
         ).fetchone()

@@ -20,7 +20,15 @@ from conftest import Run
 
 from orderflow_core import ids
 from orderflow_core.errors import ConcurrentUpdate, StoreUnavailable
-from orderflow_core.model import Attempt, Change, Claim, OrderAggregate, OutboxEvent, Refund
+from orderflow_core.model import (
+    Attempt,
+    Change,
+    Claim,
+    Order,
+    OrderAggregate,
+    OutboxEvent,
+    Refund,
+)
 from orderflow_core.states import AttemptOutcome, RefundStatus, Role
 from orderflow_pg import PgOrderStore
 from orderflow_pg.embedded import forget_dead_holders
@@ -68,13 +76,18 @@ def test_four_executors_claim_each_of_500_steps_exactly_once_per_generation(
     print(f"500 claims by 4 executors in {elapsed:.3f} s ({500 / elapsed:.0f} claims/s)")
 
 
+def _one_claimed(store: PgOrderStore, run: Run[Any]) -> tuple[Order, Claim, OrderAggregate]:
+    """A new order whose first step worker A claimed, and the order as read after the claim."""
+    order = new_order()
+    run(store.create(creation(order, key=None)))
+    [claim] = run(store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
+    return order, claim, run(store.load(order.order_id))
+
+
 def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
     pg_store: PgOrderStore, pg_url: str, run: Run[Any]
 ) -> None:
-    order = new_order()
-    run(pg_store.create(creation(order, key=None)))
-    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
-    before = run(pg_store.load(order.order_id))
+    order, claim, before = _one_claimed(pg_store, run)
     step = before.steps[0]
     stale = reserved_change(order, step, attrs.evolve(claim, attempt=claim.attempt - 1), worker="A")
 
@@ -94,10 +107,7 @@ def test_the_fenced_step_update_refuses_a_generation_that_no_longer_holds(
 def test_a_change_fenced_off_after_decide_accepted_it_raises_and_records_only_the_rejection(
     pg_store: PgOrderStore, run: Run[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    order = new_order()
-    run(pg_store.create(creation(order, key=None)))
-    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
-    before = run(pg_store.load(order.order_id))
+    order, claim, before = _one_claimed(pg_store, run)
     stale = reserved_change(
         order, before.steps[0], attrs.evolve(claim, attempt=claim.attempt - 1), worker="A"
     )
@@ -360,10 +370,8 @@ def test_the_history_is_read_back_from_the_state_events_with_the_other_events_le
 def test_an_attempt_under_way_rides_on_its_step_row_and_is_written_once_when_it_ends(
     pg_store: PgOrderStore, pg_url: str, run: Run[Any]
 ) -> None:
-    order = new_order()
-    run(pg_store.create(creation(order, key=None)))
-    [claim] = run(pg_store.claim_due(owner="A", now=T0, limit=1, lease_s=30))
-    step = run(pg_store.load(order.order_id)).steps[0]
+    order, claim, claimed = _one_claimed(pg_store, run)
+    step = claimed.steps[0]
     under_way = Attempt(claim.attempt, at(1), "A")
     opened = attrs.evolve(step, attempts=(under_way,))
     run(pg_store.update(order.order_id, lambda _: (Change(steps=(opened,)), None)))
