@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from pathlib import Path
@@ -58,8 +59,10 @@ async def run(
     return result
 
 
+@functools.cache
 def ensure_installed() -> dict[str, str] | None:
-    """The peers' versions once bench/.peer-venv is ready; None if it cannot be."""
+    """The peers' versions once bench/.peer-venv is ready; None if it cannot be. Checked once
+    per bench process: the peer runs and the alternated pairs both need it."""
     first = not peer_env.python().exists()
     print(f"{'preparing' if first else 'checking'} {peer_env.VENV} (pip"
           f"{', first run takes a minute' if first else ''})…", flush=True)

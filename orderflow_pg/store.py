@@ -187,13 +187,12 @@ class PgOrderStore:
         fenced by its own guard. An order this store wrote or claimed in last (its kept copy)
         is decided on that copy and written only if the order is still as the copy says
         (checked under row locks inside the statement); the others are read first with one
-        locking read. With only
-        kept copies the batch is that one statement alone (autocommit, one round trip);
-        otherwise BEGIN, the locking read, the statement, COMMIT. An order whose copy turned
-        out stale is then read and decided again, once. Pairs of an order already in the batch
-        go in a later round of the same transaction. If the shared transaction fails for
-        anything but an unreachable database, each order is retried alone, once, so one
-        order's bad write does not fail the others."""
+        locking read. With only kept copies the batch is that one statement alone (autocommit,
+        one round trip); otherwise BEGIN, the locking read, the statement, COMMIT. An order
+        whose copy turned out stale is then read and decided again, once. Pairs of an order
+        already in the batch go in a later round of the same transaction. If the shared
+        transaction fails for anything but an unreachable database, each order is retried
+        alone, once, so one order's bad write does not fail the others."""
         if not updates:
             return []
         try:

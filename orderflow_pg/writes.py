@@ -53,8 +53,8 @@ def change_doc(
     change: Change, before: OrderAggregate | None = None, *, new: bool = False
 ) -> dict[str, Any]:
     """One change's document for `apply_changes`; of the ended attempts only those new or
-    changed since `before`, and the guarded step under its own key, with the generation that must
-    hold."""
+    changed since `before`, and the guarded step under its own key, with the generation that
+    must hold."""
     doc: dict[str, Any] = {}
     guard = change.guard
     guarded = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
