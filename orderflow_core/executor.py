@@ -84,14 +84,16 @@ class Executor:
         """Work may be waiting: claim now instead of at the next poll (a LISTEN/NOTIFY hook
         calls this).
 
-        While busy, claims are batched: the executor claims again once a quarter of its slots
-        are free, so one claim statement serves several steps.
+        While busy, claims batch themselves as commits do: the run loop claims for every free
+        slot at once, and the slots that free while a claim and its start are under way go
+        into the next claim. No slot waits for others to free (a slot left idle until a
+        quarter of them were free cost ~10 % of the throughput at 20 ms calls).
         """
         self._notified = True
         self._wake_if_room()
 
     def _wake_if_room(self) -> None:
-        if self.free_slots >= max(1, self.timing.max_concurrent // 4):
+        if self.free_slots > 0:
             self._wake.set()
 
     async def claim(self, limit: int | None = None) -> list[Claim]:

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+import attrs
 
 from orderflow_core import OrderState
 from orderflow_core.context import Timing
 from orderflow_core.executor import Executor
 from orderflow_core.model import Claim, Item, Principal
+from orderflow_core.outcomes import Outcome
+from orderflow_core.ports import CallContext
 from orderflow_core.service import OrderService
 from orderflow_core.states import Role
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
-from orderflow_mocks.sim_adapters import simulated_services
+from orderflow_mocks.sim_adapters import SimulatedWarehouse, simulated_services
 from orderflow_mocks.simulation import Simulator
 
 CUSTOMER = Principal("customer-1", Role.CUSTOMER)
@@ -33,6 +37,20 @@ class CountingStore(InMemoryOrderStore):
         return claimed
 
 
+class HeldWarehouse(SimulatedWarehouse):
+    """Reservations of the orders in `held` wait until `release` is set."""
+
+    def __init__(self, sim: Simulator) -> None:
+        super().__init__(sim)
+        self.held: set[Any] = set()
+        self.release = asyncio.Event()
+
+    async def reserve(self, call: CallContext, items: Sequence[Item]) -> Outcome:
+        if call.order_id in self.held:
+            await self.release.wait()
+        return await super().reserve(call, items)
+
+
 class Node:
     def __init__(self, max_concurrent: int) -> None:
         self.clock = FakeClock()
@@ -40,9 +58,12 @@ class Node:
         # Version 1: the claim counts below are those of reserve, charge and ship.
         self.service = OrderService(self.store, self.clock, InMemoryUsers(), process_version=1)
         timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
+        simulator = Simulator(now=self.clock.now)
+        services = simulated_services(simulator)
+        self.warehouse = HeldWarehouse(simulator)
         self.executor = Executor(
             store=self.store,
-            services=simulated_services(Simulator(now=self.clock.now)),
+            services=attrs.evolve(services, warehouse=self.warehouse),
             clock=self.clock,
             worker_id="w",
             timing=timing,
@@ -125,6 +146,25 @@ def test_a_backlog_is_drained_by_claiming_as_slots_free_without_waiting_for_the_
     assert sum(claims) == 10
     assert claims[0] == 4, "the first claim filled every slot"
     assert claims[-1] < 4, "claiming stopped once a claim came back short"
+
+
+def test_a_slot_that_frees_under_a_backlog_is_claimed_at_once_not_when_more_have_freed() -> None:
+    async def scenario() -> tuple[bool, list[int]]:
+        node = Node(max_concurrent=8)
+        order_ids = [await node.create() for _ in range(9)]
+        node.warehouse.held.update(order_ids[1:8])  # seven slots stay busy
+        running = asyncio.create_task(node.executor.run())
+        # The first order ships and frees its slot: the ninth is claimed into it and ships,
+        # with the seven others still in their calls (and no poll to fall back on).
+        await _until(lambda: node.shipped([order_ids[0], order_ids[8]]), "two shipped")
+        still_held = not await node.shipped(order_ids[1:8])
+        node.warehouse.release.set()
+        return still_held, await node.claims_once_done(order_ids, running)
+
+    still_held, claims = asyncio.run(scenario())
+    assert still_held
+    assert claims[:2] == [8, 1], "one free slot, one claim"
+    assert sum(claims) == 9
 
 
 async def _true(value: object) -> bool:
