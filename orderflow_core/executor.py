@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random as _random
 from collections.abc import Awaitable, Callable
@@ -120,23 +121,29 @@ class Executor:
         await asyncio.gather(*(self._guarded(c, p) for c, p in started))
 
     async def _start(self, claims: list[Claim]) -> list[tuple[Claim, CallPlan]]:
-        """Record the intents of a claim batch (`decide_start`) in one store call; the claims
-        that have a call to make, with their plans. What failed is left to lease expiry."""
+        """Record the intents of a claim batch (`decide_start`) through the executor's one
+        writer, so they share group commits with the results under way (one statement for
+        both, no second connection writing beside it); the claims that have a call to make,
+        with their plans. What failed is left to lease expiry."""
         if not claims:
             return []
-        try:
-            results = await self.store.start_claimed(claims, self._decide_start)
-        except StoreUnavailable as exc:
-            log.warning("%d claimed steps left to lease expiry: %s", len(claims), exc)
-            return []
-        except Exception:  # a bug must not stop the executor; the leases run out
-            log.exception("%d claimed steps failed to start", len(claims))
-            return []
+        starts = [functools.partial(self._decide_start, claim) for claim in claims]
+        results = await asyncio.gather(
+            *(self.commits.update(c.order_id, s) for c, s in zip(claims, starts, strict=True)),
+            return_exceptions=True,
+        )
+        unavailable = [r for r in results if isinstance(r, StoreUnavailable)]
+        if unavailable:
+            log.warning(
+                "%d claimed steps left to lease expiry: %s", len(unavailable), unavailable[0]
+            )
         started: list[tuple[Claim, CallPlan]] = []
         for claim, result in zip(claims, results, strict=True):
             if isinstance(result, NotFound | ConcurrentUpdate):
                 log.warning("step %s left to lease expiry: %s", claim.step_id, result)
-            elif isinstance(result, Exception):
+            elif isinstance(result, StoreUnavailable | asyncio.CancelledError):
+                pass  # counted above, or the writer was stopped: the lease runs out
+            elif isinstance(result, BaseException):  # a bug must not stop the executor
                 log.error("step %s failed to start", claim.step_id, exc_info=result)
             elif result is not None:
                 started.append((claim, result))
@@ -145,7 +152,7 @@ class Executor:
         return started
 
     def _decide_start(
-        self, agg: OrderAggregate, claim: Claim
+        self, claim: Claim, agg: OrderAggregate
     ) -> tuple[Change, CallPlan | None]:
         """`saga.decide_start`, noting for the observer a takeover (an earlier attempt of the
         step never reported back) and the order's trace context."""

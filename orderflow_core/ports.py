@@ -156,20 +156,6 @@ class UnitOfWork(Protocol):
         """
         ...
 
-    async def start_claimed(
-        self,
-        claims: Sequence[Claim],
-        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    ) -> list[T | Exception]:
-        """`update` for each claim's order (what `decide` returns for it), in as few
-        transactions as the store can: the executor records the intents of a whole claim batch
-        at once. Each claim's change is all or nothing; a claim whose `decide` raised, whose
-        order is gone or whose change was fenced off gets that exception in its place and the
-        others go on. A store error (`StoreUnavailable`) is raised for the batch: any subset of
-        its changes may then have been applied, so the caller makes none of their calls.
-        """
-        ...
-
     async def claim_due(
         self, *, owner: str, now: datetime, limit: int, lease_s: float
     ) -> list[Claim]:

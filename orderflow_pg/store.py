@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -225,16 +224,6 @@ class PgOrderStore:
             except Exception as exc:  # this order's own failure
                 alone.append(exc)
         return alone
-
-    async def start_claimed(
-        self,
-        claims: Sequence[Claim],
-        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    ) -> list[T | Exception]:
-        """Every claim's `update` as one group commit (`update_many`)."""
-        return await self.update_many(
-            [(claim.order_id, functools.partial(_for_claim, decide, claim)) for claim in claims]
-        )
 
     async def _group_commit(
         self,
@@ -464,7 +453,7 @@ class PgOrderStore:
         found = await self._claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
         claims = [rows.claim_from_row(r) for r in found]
         # What the statement read of each claimed order, with the claim put in, becomes the
-        # copy the attempt's start is decided on (`start_claimed`: one statement, no locking
+        # copy the attempt's start is decided on (the executor's group commit: no locking
         # read); a copy kept before is replaced, since the claim changed a step of it.
         copies = claimed_aggregates(found, claims)
         for claim in claims:
@@ -620,11 +609,3 @@ def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(failure)
-
-
-def _for_claim(
-    decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    claim: Claim,
-    aggregate: OrderAggregate,
-) -> tuple[Change, T]:
-    return decide(aggregate, claim)

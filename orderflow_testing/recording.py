@@ -131,24 +131,6 @@ class RecordingStore:
                 self._record(order_id, *seen[i])
         return results
 
-    async def start_claimed(
-        self,
-        claims: Sequence[Claim],
-        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    ) -> list[T | Exception]:
-        seen: dict[Claim, tuple[OrderAggregate, Change]] = {}
-
-        def watched(aggregate: OrderAggregate, claim: Claim) -> tuple[Change, T]:
-            change, value = decide(aggregate, claim)
-            seen[claim] = (aggregate, change)
-            return change, value
-
-        results = await self.inner.start_claimed(claims, watched)
-        for claim, result in zip(claims, results, strict=True):
-            if not isinstance(result, Exception) and claim in seen:
-                self._record(claim.order_id, *seen[claim])
-        return results
-
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         return await self.inner.load(order_id)
 

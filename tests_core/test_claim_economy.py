@@ -30,6 +30,11 @@ class CountingStore(InMemoryOrderStore):
     def __init__(self) -> None:
         super().__init__()
         self.claims: list[int] = []  # how many steps each claim returned
+        self.batches: list[list[Any]] = []  # the order ids of each group commit
+
+    async def update_many(self, updates: Any) -> Any:
+        self.batches.append([order_id for order_id, _ in updates])
+        return await super().update_many(updates)
 
     async def claim_due(self, **kwargs: Any) -> list[Claim]:
         claimed = await super().claim_due(**kwargs)
@@ -44,9 +49,11 @@ class HeldWarehouse(SimulatedWarehouse):
         super().__init__(sim)
         self.held: set[Any] = set()
         self.release = asyncio.Event()
+        self.waiting = 0
 
     async def reserve(self, call: CallContext, items: Sequence[Item]) -> Outcome:
         if call.order_id in self.held:
+            self.waiting += 1
             await self.release.wait()
         return await super().reserve(call, items)
 
@@ -165,6 +172,23 @@ def test_a_slot_that_frees_under_a_backlog_is_claimed_at_once_not_when_more_have
     assert still_held
     assert claims[:2] == [8, 1], "one free slot, one claim"
     assert sum(claims) == 9
+
+
+def test_a_claim_batch_starts_through_the_executors_writer_in_one_group_commit() -> None:
+    async def scenario() -> tuple[list[Any], list[list[Any]], int]:
+        node = Node(max_concurrent=4)
+        order_ids = [await node.create() for _ in range(3)]
+        node.warehouse.held.update(order_ids)  # the calls wait: only the starts are written
+        running = asyncio.create_task(node.executor.run_once())
+        await _until(lambda: _true(node.warehouse.waiting == 3), "three calls under way")
+        batches, writer_batches = list(node.store.batches), node.executor.commits.batches
+        node.warehouse.release.set()
+        await running
+        return order_ids, batches, writer_batches
+
+    order_ids, batches, writer_batches = asyncio.run(scenario())
+    assert batches == [order_ids], "the three intents, one store call"
+    assert writer_batches == 1, "made by the writer that also commits results"
 
 
 async def _true(value: object) -> bool:

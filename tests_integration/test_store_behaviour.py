@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -306,6 +307,17 @@ def feed(store: Any, run: Any, *, after: int, limit: int) -> list[OutboxEvent]:
     return events
 
 
+def _with(
+    decide: Callable[[OrderAggregate, Claim], tuple[Change, Any]], claim: Claim
+) -> Callable[[OrderAggregate], tuple[Change, Any]]:
+    """A claim's decision as `update_many` takes it (the executor starts a claim batch so)."""
+
+    def decided(aggregate: OrderAggregate) -> tuple[Change, Any]:
+        return decide(aggregate, claim)
+
+    return decided
+
+
 def test_a_claim_batch_records_every_intent_and_keeps_a_failing_decision_to_its_claim(
     store: OrderStore, run: Run[Any]
 ) -> None:
@@ -321,7 +333,7 @@ def test_a_claim_batch_records_every_intent_and_keeps_a_failing_decision_to_its_
         return saga.decide_start(aggregate, claim, Context(at(1), "A"))
 
     lost = attrs.evolve(claims[0], order_id=uuid.uuid4(), step_id=uuid.uuid4())
-    results = run(store.start_claimed([*claims, lost], start))
+    results = run(store.update_many([(c.order_id, _with(start, c)) for c in [*claims, lost]]))
 
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[3], NotFound)
@@ -354,7 +366,7 @@ def test_two_claims_of_one_order_in_a_batch_each_see_the_change_before_them(
         assert step is not None
         return Change(steps=(attrs.evolve(step, last_error=f"saw {seen}"),)), seen
 
-    assert run(store.start_claimed(claims, note)) == [0, 1]
+    assert run(store.update_many([(c.order_id, _with(note, c)) for c in claims])) == [0, 1]
     notes = sorted(s.last_error or "" for s in run(store.load(order.order_id)).steps)
     assert notes == ["saw 0", "saw 1"]
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -102,15 +101,6 @@ class InMemoryOrderStore:
             except Exception as exc:  # this order's alone
                 results.append(exc)
         return results
-
-    async def start_claimed(
-        self,
-        claims: Sequence[Claim],
-        decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    ) -> list[T | Exception]:
-        return await self.update_many(
-            [(claim.order_id, functools.partial(_for, decide, claim)) for claim in claims]
-        )
 
     def _apply(self, aggregate: OrderAggregate, change: Change) -> None:
         order_id = aggregate.order.order_id
@@ -281,11 +271,3 @@ class InMemoryUsers:
 
     async def principal_for_token_hash(self, token_hash: str) -> Principal | None:
         return self.by_hash.get(token_hash)
-
-
-def _for(
-    decide: Callable[[OrderAggregate, Claim], tuple[Change, T]],
-    claim: Claim,
-    aggregate: OrderAggregate,
-) -> tuple[Change, T]:
-    return decide(aggregate, claim)
