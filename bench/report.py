@@ -257,6 +257,8 @@ def write(results: dict[str, Any], out: Path) -> list[Path]:
     paths[1].write_text(markdown(results))
     png = out / "latest.png"
     for python in (sys.executable, str(peer_env.python())):
+        if not Path(python).exists():
+            continue
         done = subprocess.run([python, str(PLOT), str(paths[0]), str(png)],
                               capture_output=True, text=True, timeout=120, check=False)
         if done.returncode == 0:
