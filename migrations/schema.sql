@@ -115,7 +115,7 @@ CREATE TABLE workflow_steps (
     kind text NOT NULL,
     seq integer NOT NULL,
     status text NOT NULL,
-    idempotency_key text NOT NULL,
+    idempotency_key text,
     created_at timestamp with time zone NOT NULL,
     attempt integer DEFAULT 0 NOT NULL,
     max_attempts integer NOT NULL,

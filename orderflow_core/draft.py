@@ -137,7 +137,7 @@ class Draft:
             kind=kind,
             seq=seq,
             status=StepStatus.PENDING,
-            idempotency_key=f"{order_id}:{kind.value}:{seq}",
+            idempotency_key=ids.step_key(order_id, kind.value, seq),
             created_at=self.now,
             max_attempts=self.ctx.timing.retry.attempts_per_budget,
             next_attempt_at=self.now + timedelta(seconds=delay_s),

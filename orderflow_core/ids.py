@@ -50,6 +50,12 @@ def event_id(order_id: UUID, seq: int) -> UUID:
     return UUID(int=value)
 
 
+def step_key(order_id: UUID, kind: str, seq: int) -> str:
+    """The idempotency key of an order's `seq`-th step, of `kind`: sent with every attempt of
+    the step, the same for the same order, kind and number, always."""
+    return f"{order_id}:{kind}:{seq}"
+
+
 def _spread(rand: int) -> int:
     """74 random bits into the places the RFC's layout leaves them: 12 after the version (bits
     75-64), the variant, then 62 (bits 61-0)."""

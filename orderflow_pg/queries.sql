@@ -379,8 +379,14 @@ WHERE order_id = %(order_id)s
   AND lease_expires_at > %(now)s
 
 -- events --
--- The published feed after a feed number, in feed order (an event's feed number is its seq)
-SELECT event_id, order_id, type, payload, created_at, seq FROM outbox
+-- The published feed after a feed number, in feed order (an event's feed number is its seq).
+-- A payload is stored without its order's id (`rows.event_doc`); it is put back here, so the
+-- event reads as it was emitted.
+SELECT event_id, order_id, type,
+    CASE WHEN payload ? 'order_id' THEN payload
+         ELSE payload || jsonb_build_object('order_id', order_id) END AS payload,
+    created_at, seq
+FROM outbox
 WHERE seq > %(after)s AND seq <= (SELECT published_through FROM outbox_feed)
 ORDER BY seq LIMIT %(limit)s
 
@@ -402,8 +408,13 @@ SELECT
     ) AS writing
 
 -- unpublished_events --
--- What the relay has not yet published up to a safe horizon, oldest first
-SELECT * FROM outbox
+-- What the relay has not yet published up to a safe horizon, oldest first (each payload with
+-- its order's id put back, as in `events`)
+SELECT event_id, order_id, type,
+    CASE WHEN payload ? 'order_id' THEN payload
+         ELSE payload || jsonb_build_object('order_id', order_id) END AS payload,
+    created_at, seq
+FROM outbox
 WHERE seq > (SELECT published_through FROM outbox_feed) AND seq <= %(through)s
 ORDER BY seq LIMIT %(limit)s
 

@@ -402,3 +402,54 @@ def test_a_step_with_two_attempts_under_way_is_refused() -> None:
     twice = attrs.evolve(step, attempts=(Attempt(1, at(1), "A"), Attempt(2, at(2), "B")))
     with pytest.raises(ValueError, match="2 attempts under way"):
         change_doc(Change(steps=(twice,)))
+
+
+def test_a_derived_step_key_is_not_stored_and_reads_back_and_any_other_key_is_kept(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+    run(pg_store.create(creation(order, key=None)))
+    [step] = run(pg_store.load(order.order_id)).steps
+    assert step.idempotency_key == f"{order.order_id}:{step.kind.value}:{step.seq}"
+    stored = "SELECT idempotency_key FROM workflow_steps WHERE step_id = %s"
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(stored, (step.step_id,)).fetchone() == (None,)
+    # A key that is not the derived one (a row written before, or a store user's own) is kept
+    other = creation(new_order(), key=None)
+    [first] = other.steps
+    custom = attrs.evolve(first, idempotency_key="kept-as-it-was")
+    run(pg_store.create(attrs.evolve(other, steps=(custom,))))
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(stored, (custom.step_id,)).fetchone() == ("kept-as-it-was",)
+    assert run(pg_store.load(custom.order_id)).steps[0].idempotency_key == "kept-as-it-was"
+
+
+def test_an_event_is_stored_without_its_order_id_and_read_as_it_was_emitted(
+    pg_store: PgOrderStore, pg_url: str, run: Run[Any]
+) -> None:
+    order = new_order()
+    created = creation(order, key=None)
+    run(pg_store.create(created))
+    [emitted] = created.events
+    assert emitted.payload["order_id"] == str(order.order_id)
+    with psycopg.connect(pg_url) as conn:
+        # a row written before kept the id in its payload: it reads the same
+        conn.execute(TAG_WRITER)
+        conn.execute(
+            "INSERT INTO outbox (event_id, order_id, order_seq, type, payload, created_at)"
+            " VALUES (%s, %s, 2, 'order.poked', %s, %s)",
+            (uuid.uuid4(), order.order_id, psycopg.types.json.Jsonb(
+                {"order_id": str(order.order_id), "n": 1}), T0),
+        )
+        conn.commit()
+        stored = conn.execute("SELECT payload FROM outbox ORDER BY seq").fetchall()
+    assert "order_id" not in stored[0][0]
+    assert stored[0][0] == {k: v for k, v in emitted.payload.items() if k != "order_id"}
+    waiting = run(pg_store.unpublished_events(10))
+    assert [e.payload for e in waiting] == [
+        emitted.payload, {"order_id": str(order.order_id), "n": 1}
+    ]
+    run(pg_store.mark_published([e.seq for e in waiting], T0))
+    assert [e.payload for e in run(pg_store.events(after=0, limit=10))] == [
+        e.payload for e in waiting
+    ]
