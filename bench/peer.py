@@ -62,7 +62,7 @@ async def run(
 @functools.cache
 def ensure_installed() -> dict[str, str] | None:
     """The peers' versions once bench/.peer-venv is ready; None if it cannot be. Checked once
-    per bench process: the peer runs and the alternated pairs both need it."""
+    per bench process: the profile (py-spy), the peer runs and the alternated pairs need it."""
     first = not peer_env.python().exists()
     print(f"{'preparing' if first else 'checking'} {peer_env.VENV} (pip"
           f"{', first run takes a minute' if first else ''})…", flush=True)

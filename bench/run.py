@@ -205,6 +205,7 @@ async def _profile(args: argparse.Namespace, setup: scenario.Setup) -> dict[str,
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "profile-worker.txt"
     orders = min(args.orders, args.profile_orders)
+    peer.ensure_installed()  # py-spy lives in the bench's venv, which the peers' runs prepare
     print(f"profile: py-spy on worker 0 during {orders} orders (mocks 0 ms, 1 worker)")
     figures = await scenario.run(setup, "profile", latency=0, workers=1,
                                  load_spec=scenario.Load(orders=orders),
