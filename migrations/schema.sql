@@ -65,7 +65,8 @@ CREATE TABLE outbox (
     payload jsonb NOT NULL,
     created_at timestamp with time zone NOT NULL,
     order_seq integer NOT NULL,
-    transition boolean DEFAULT false NOT NULL
+    transition boolean DEFAULT false NOT NULL,
+    order_id_left_out boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE outbox_feed (

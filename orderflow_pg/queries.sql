@@ -238,8 +238,12 @@ WITH docs AS (
     SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312) AS tagged
 ), events AS (
     -- An order's transitions are its events marked `transition` (the view order_history)
-    INSERT INTO outbox (event_id, order_id, order_seq, transition, type, payload, created_at)
-    SELECT r.event_id, r.order_id, r.order_seq, r.transition, r.type, r.payload, r.created_at
+    INSERT INTO outbox (
+        event_id, order_id, order_seq, transition, type, payload, order_id_left_out, created_at
+    )
+    SELECT
+        r.event_id, r.order_id, r.order_seq, r.transition, r.type, r.payload,
+        r.order_id_left_out, r.created_at
     FROM xact, fence,
         jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
     ORDER BY fence.i, r.ordinality
@@ -380,11 +384,11 @@ WHERE order_id = %(order_id)s
 
 -- events --
 -- The published feed after a feed number, in feed order (an event's feed number is its seq).
--- A payload is stored without its order's id (`rows.event_doc`); it is put back here, so the
--- event reads as it was emitted.
+-- A payload stored without its order's id (`order_id_left_out`, `rows.event_doc`) has it put
+-- back here, so every event reads as it was emitted.
 SELECT event_id, order_id, type,
-    CASE WHEN payload ? 'order_id' THEN payload
-         ELSE payload || jsonb_build_object('order_id', order_id) END AS payload,
+    CASE WHEN order_id_left_out THEN payload || jsonb_build_object('order_id', order_id)
+         ELSE payload END AS payload,
     created_at, seq
 FROM outbox
 WHERE seq > %(after)s AND seq <= (SELECT published_through FROM outbox_feed)
@@ -411,8 +415,8 @@ SELECT
 -- What the relay has not yet published up to a safe horizon, oldest first (each payload with
 -- its order's id put back, as in `events`)
 SELECT event_id, order_id, type,
-    CASE WHEN payload ? 'order_id' THEN payload
-         ELSE payload || jsonb_build_object('order_id', order_id) END AS payload,
+    CASE WHEN order_id_left_out THEN payload || jsonb_build_object('order_id', order_id)
+         ELSE payload END AS payload,
     created_at, seq
 FROM outbox
 WHERE seq > (SELECT published_through FROM outbox_feed) AND seq <= %(through)s

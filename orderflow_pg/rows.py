@@ -114,11 +114,14 @@ def refund_doc(refund: Refund) -> Params:
 
 def event_doc(event: OutboxEvent) -> Params:
     """An outbox event in `apply_changes`'s document; the store assigns `seq`. The payload's
-    `order_id`, the row's own, is left out (~50 bytes of each event row) and put back by the
-    queries that read events (`events`, `unpublished_events`)."""
+    `order_id`, when it is the row's own (as in every event the core emits), is left out (~50
+    bytes of each event row) and marked so (`order_id_left_out`); the queries that read events
+    (`events`, `unpublished_events`) put it back."""
     doc = _doc(event, without=("seq",))
-    if event.payload.get("order_id") == str(event.order_id):
+    left_out = event.payload.get("order_id") == str(event.order_id)
+    if left_out:
         doc["payload"] = {k: v for k, v in event.payload.items() if k != "order_id"}
+    doc["order_id_left_out"] = left_out
     return doc
 
 

@@ -47,7 +47,8 @@ EXPECTED_COLUMNS = {
     "refunds": _names(Refund),
     "order_history": _names(HistoryEntry),  # a view over the outbox's transitions (0019)
     "audit_log": _names(AuditEntry, "id"),
-    "outbox": _names(OutboxEvent, "order_seq", "transition"),  # number within the order
+    # number within the order, state change, payload stored without its order's id (0023)
+    "outbox": _names(OutboxEvent, "order_seq", "transition", "order_id_left_out"),
     "outbox_feed": {"one", "published_through"},  # the relay's feed position (0015)
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency),

@@ -445,9 +445,13 @@ def test_an_event_is_stored_without_its_order_id_and_read_as_it_was_emitted(
         stored = conn.execute("SELECT payload FROM outbox ORDER BY seq").fetchall()
     assert "order_id" not in stored[0][0]
     assert stored[0][0] == {k: v for k, v in emitted.payload.items() if k != "order_id"}
+    # an event whose payload never named its order gains nothing
+    bare = attrs.evolve(order, event_seq=3)
+    plain = OutboxEvent(ids.event_id(order.order_id, 3), order.order_id, "order.plain", {}, at(1))
+    run(pg_store.update(order.order_id, lambda _: (Change(order=bare, events=(plain,)), None)))
     waiting = run(pg_store.unpublished_events(10))
     assert [e.payload for e in waiting] == [
-        emitted.payload, {"order_id": str(order.order_id), "n": 1}
+        emitted.payload, {"order_id": str(order.order_id), "n": 1}, {}
     ]
     run(pg_store.mark_published([e.seq for e in waiting], T0))
     assert [e.payload for e in run(pg_store.events(after=0, limit=10))] == [
