@@ -112,6 +112,20 @@ def _prefilled(results: dict[str, Any]) -> str:
             "its load; ")
 
 
+def _wal_lines(results: dict[str, Any]) -> list[str]:
+    """Where the first closed-loop run's WAL went, per order, by relation and record kind."""
+    run = next((r for r in results["runs"] if r.get("wal_records_per_order")), None)
+    if run is None:
+        return []
+    lines = ["", f"WAL per order by relation and record (`pg_waldump`; the run with "
+             f"{run['mocks_latency_ms']} ms mocks and {run['workers']} worker(s)):", "",
+             "| relation | record | records | bytes | of it full-page images |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {w['relation']} | {w['record']} | {w['records']} | {w['bytes']} | "
+              f"{w['image_bytes']} |" for w in run["wal_records_per_order"]]
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     m, c = results["machine"], results["ceiling"]
     pg = m["postgresql"]
@@ -142,6 +156,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{_ms(r['created_to_shipped_ms'], 'p50', 'p95', 'p99')} | {_rss(r['peak_rss_mib'])} "
             f"| {r.get('ceiling_ratio')} |")
     lines += _cpu_lines(results)
+    lines += _wal_lines(results)
     lines += ["", "Offered load (open loop) — "
               f"{results['sweep'][0]['mocks_latency_ms'] if results['sweep'] else '–'} ms mocks:",
               "", "| offered/s | achieved orders/s | POST p50 / p99 ms | "

@@ -180,17 +180,21 @@ async def run(
                     node.check_alive()
             pgadmin.wait_no_sessions(setup.server_url, dbname)
             wal_end = walstats.snapshot(setup.server_url, dbname)
-            wal_bytes = walstats.database_wal_split(wal_start, wal_end)  # while still kept
+            wal_read = walstats.database_wal(wal_start, wal_end)  # while still kept
         commits = wal_end["xacts"] - seen.polls
         outcome = await load.outcome_counts(db_url, setup.since)
+        names = walstats.relation_names(db_url) if wal_read is not None else {}
     finally:
         pgadmin.drop_database(setup.server_url, dbname)
     figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
                        profile)
     figures.update(cpu.figures(cpu_start, cpu_end, figures["orders_accepted"], pg))
     if figures["orders_accepted"]:
-        figures.update(
-            walstats.per_order(wal_start, wal_end, figures["orders_accepted"], wal_bytes))
+        accepted = figures["orders_accepted"]
+        split = (wal_read.bytes, wal_read.image_bytes) if wal_read is not None else None
+        figures.update(walstats.per_order(wal_start, wal_end, accepted, split))
+        if wal_read is not None:
+            figures["wal_records_per_order"] = walstats.breakdown(wal_read, names, accepted)
     if samples is not None:
         figures["rss_samples"] = [attrs.asdict(s) for s in samples]
     return figures

@@ -18,9 +18,14 @@ import shutil
 import subprocess
 from typing import Any
 
+import attrs
 import psycopg
 
-_RECORD = re.compile(r"^rmgr: \S+\s+len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*(\d+), .*desc: (.*)$")
+_RECORD = re.compile(
+    r"^rmgr: (\S+)\s+len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*(\d+), .*desc: (.*)$"
+)
+# How many record kinds the breakdown names; the rest are summed into one row.
+BREAKDOWN_ROWS = 15
 
 
 def _admin(server_url: str) -> psycopg.Connection[Any]:
@@ -107,9 +112,25 @@ def database_wal_bytes(before: dict[str, Any], after: dict[str, Any]) -> int | N
     return split[0] if split is not None else None
 
 
+@attrs.frozen
+class WalRead:
+    """This database's WAL in a window: bytes, the part of them that is full-page images, and
+    per record kind (relfilenode or 0, `<rmgr> <record>`) its count, bytes and image bytes."""
+
+    bytes: int
+    image_bytes: int
+    kinds: dict[tuple[int, str], tuple[int, int, int]]
+
+
 def database_wal_split(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int] | None:
     """This database's WAL bytes between two snapshots and the part of them that is full-page
     images (the first change of each page after a checkpoint), or None if unreadable."""
+    read = database_wal(before, after)
+    return (read.bytes, read.image_bytes) if read is not None else None
+
+
+def database_wal(before: dict[str, Any], after: dict[str, Any]) -> WalRead | None:
+    """This database's WAL between two snapshots (`WalRead`), or None if unreadable."""
     tool = _waldump()
     wal_dir = os.path.join(after["data_dir"] or "", "pg_wal")
     if tool is None or not after["data_dir"] or not os.access(wal_dir, os.R_OK):
@@ -121,24 +142,78 @@ def database_wal_split(before: dict[str, Any], after: dict[str, Any]) -> tuple[i
         timeout=300,
         check=False,
     )
-    oid = after["oid"]
-    mine = re.compile(rf"(rel \d+/{oid}/|db {oid}\b)")
-    records: list[tuple[int, int, int, bool]] = []
+    read = parse_dump(done.stdout, after["oid"])
+    if read is None:
+        print(f"walstats: pg_waldump read nothing: {done.stderr.strip()[:300]}")
+    return read
+
+
+def parse_dump(text: str, oid: int) -> WalRead | None:
+    """`pg_waldump`'s lines, added up for the database `oid`: records on its relations, and
+    every record of a transaction that touched it (commit records carry no relation)."""
+    mine = re.compile(rf"(rel \d+/{oid}/(\d+)|db {oid}\b)")
+    records: list[tuple[int, int, int, bool, int, str]] = []
     xids: set[int] = set()
-    for line in done.stdout.splitlines():
+    for line in text.splitlines():
         match = _RECORD.match(line)
         if match is None:
             continue
-        size, xid, ours = int(match[2]), int(match[3]), bool(mine.search(match[4]))
-        image = size - int(match[1]) if " FPW" in match[4] else 0
-        records.append((size, image, xid, ours))
-        if ours and xid:
+        rmgr, desc = match[1], match[5]
+        size, xid = int(match[3]), int(match[4])
+        ours = mine.search(desc)
+        image = size - int(match[2]) if " FPW" in desc else 0
+        kind = f"{rmgr} {desc.split(' ', 1)[0].rstrip(',;')}"
+        relation = int(ours[2]) if ours is not None and ours[2] else 0
+        records.append((size, image, xid, ours is not None, relation, kind))
+        if ours is not None and xid:
             xids.add(xid)
     if not records:
-        print(f"walstats: pg_waldump read nothing: {done.stderr.strip()[:300]}")
         return None
-    kept = [(size, image) for size, image, xid, ours in records if ours or (xid and xid in xids)]
-    return sum(size for size, _ in kept), sum(image for _, image in kept)
+    kinds: dict[tuple[int, str], tuple[int, int, int]] = {}
+    total = images = 0
+    for size, image, xid, ours, relation, kind in records:
+        if not (ours or (xid and xid in xids)):
+            continue
+        total, images = total + size, images + image
+        count, sized, imaged = kinds.get((relation, kind), (0, 0, 0))
+        kinds[(relation, kind)] = (count + 1, sized + size, imaged + image)
+    return WalRead(total, images, kinds)
+
+
+def relation_names(url: str) -> dict[int, str]:
+    """The database's relations by file number (what `pg_waldump` names them by)."""
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        found = conn.execute(
+            "SELECT pg_relation_filenode(oid), relname FROM pg_class"
+            " WHERE pg_relation_filenode(oid) IS NOT NULL"
+        ).fetchall()
+    return {int(node): str(name) for node, name in found}
+
+
+def breakdown(read: WalRead, names: dict[int, str], orders: int) -> list[dict[str, Any]]:
+    """Per order, the record kinds that wrote the most WAL (`BREAKDOWN_ROWS` of them, then the
+    rest as one row): relation (`-` for none), record, records, bytes, full-page-image bytes."""
+    rows = sorted(read.kinds.items(), key=lambda item: -item[1][1])
+    shown = [
+        {
+            "relation": names.get(relation, str(relation)) if relation else "-",
+            "record": kind,
+            "records": round(count / orders, 2),
+            "bytes": round(size / orders),
+            "image_bytes": round(image / orders),
+        }
+        for (relation, kind), (count, size, image) in rows[:BREAKDOWN_ROWS]
+    ]
+    rest = rows[BREAKDOWN_ROWS:]
+    if rest:
+        shown.append({
+            "relation": "(the rest)",
+            "record": f"{len(rest)} kinds",
+            "records": round(sum(c for _, (c, _, _) in rest) / orders, 2),
+            "bytes": round(sum(b for _, (_, b, _) in rest) / orders),
+            "image_bytes": round(sum(i for _, (_, _, i) in rest) / orders),
+        })
+    return shown
 
 
 def per_order(
