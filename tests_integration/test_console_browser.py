@@ -37,6 +37,7 @@ if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
     )
 webdriver = pytest.importorskip("selenium.webdriver")
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -105,6 +106,20 @@ def _wait(driver: WebDriver, condition: Any, timeout_s: float = 30.0) -> Any:
     return WebDriverWait(driver, timeout_s, poll_frequency=0.1).until(condition)
 
 
+def _click_fresh(driver: WebDriver, locator: tuple[str, str]) -> None:
+    """Click what `locator` finds, found afresh until a click lands (a view that redraws as it
+    polls may replace the element between finding and clicking it)."""
+
+    def clicked(d: WebDriver) -> bool:
+        try:
+            d.find_element(*locator).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    _wait(driver, clicked)
+
+
 def _screenshot(driver: WebDriver, tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     assert driver.save_screenshot(str(path)), f"no screenshot {name}"
@@ -162,14 +177,11 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     token.clear()
     token.send_keys(OPERATOR_TOKEN)
     browser.find_element(By.ID, "sign-in-button").click()
-    row = _wait(
-        browser,
-        ec.visibility_of_element_located(
-            (By.CSS_SELECTOR, f'#queue tr[data-order-id="{order_id}"]')
-        ),
-    )
-    assert "reconcile_gave_up" in row.text
-    assert "payment_unknown" in row.text
+    # The queue redraws its rows as it polls: the row is found afresh on each poll (an element
+    # held across a redraw is stale).
+    queued = (By.CSS_SELECTOR, f'#queue tr[data-order-id="{order_id}"]')
+    _wait(browser, ec.text_to_be_present_in_element(queued, "reconcile_gave_up"))
+    _wait(browser, ec.text_to_be_present_in_element(queued, "payment_unknown"))
     counted = (By.CSS_SELECTOR, '[data-count="payment_unknown"]')
     _wait(browser, ec.text_to_be_present_in_element(counted, "1"))
     _screenshot(browser, tmp_path, "console-queue.png")
@@ -180,7 +192,8 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     settle = {"idempotency_key": charge_key, "status": "succeeded"}
     assert http("POST", f"{mocks}/_control/payments/settle", settle)[0] == 200
 
-    row.find_element(By.LINK_TEXT, order_id).click()
+    link = (By.XPATH, f'//*[@id="queue"]//tr[@data-order-id="{order_id}"]//a[.="{order_id}"]')
+    _click_fresh(browser, link)
     _wait(browser, ec.visibility_of_element_located((By.ID, "order-attention")))
     timeline = browser.find_element(By.ID, "timeline").text
     assert "paying → payment_unknown" in timeline
@@ -218,12 +231,13 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
 
 def _the_feed_shows_the_order_live(browser: WebDriver, order_id: str, tmp_path: Path) -> None:
     browser.find_element(By.LINK_TEXT, "Events").click()
-    waited = (
+    # The live feed redraws its rows as events arrive: the row is found afresh on each poll
+    # (an element held across a redraw is stale), until it shows the order's reason.
+    row = (
         By.XPATH,
-        f'//table[@id="events"]//tr[td[2]="order.needs_attention"]//a[.="{order_id}"]',
+        f'//table[@id="events"]//tr[td[2]="order.needs_attention"][.//a[.="{order_id}"]]',
     )
-    row = _wait(browser, ec.visibility_of_element_located(waited))
-    assert "reconcile_gave_up" in row.find_element(By.XPATH, "./ancestor::tr").text
+    _wait(browser, ec.text_to_be_present_in_element(row, "reconcile_gave_up"))
     shipped = (By.XPATH, f'//table[@id="events"]//tr[td[2]="order.shipped"]//a[.="{order_id}"]')
     _wait(browser, ec.visibility_of_element_located(shipped))
     _screenshot(browser, tmp_path, "console-events.png")
