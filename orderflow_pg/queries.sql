@@ -246,9 +246,17 @@ WITH docs AS (
         r.order_id_left_out, r.created_at
     FROM xact, fence,
         jsonb_populate_recordset(NULL::outbox, fence.d -> 'events') WITH ORDINALITY AS r
+    -- The port's promise: a replayed event lands once (its id is its order's and number's).
+    -- Checked on the statement's snapshot rather than by ON CONFLICT, whose speculative
+    -- insertion costs a WAL record of its own per event: every writer of an order's events
+    -- holds the order's row lock or its version fence, so a newer writer of the same number
+    -- is already committed and visible here; the unique key still refuses anything else.
+    -- OFFSET 0 keeps the check a probe of outbox_order_seq_key per event: without it the
+    -- generic plan turns it into a hash anti-join over the whole outbox.
+    WHERE NOT EXISTS (
+        SELECT FROM outbox AS o
+        WHERE o.order_id = r.order_id AND o.order_seq = r.order_seq OFFSET 0)
     ORDER BY fence.i, r.ordinality
-    -- the port's promise: a replayed event lands once (its id is its order's and number's)
-    ON CONFLICT (order_id, order_seq) DO NOTHING
 ), audit AS (
     INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
     SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details

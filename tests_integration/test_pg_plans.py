@@ -7,7 +7,9 @@ over a sequential scan of every step and every attempt looked cheaper than that 
 probes until the tables held some tens of thousands of rows, so each commit read the whole of
 both (measured: PostgreSQL's CPU per order grew from 2.9 to 4.5 ms between 800 and 3,000
 orders in `bench.worker_only`). The statements now also name the ids they touch, which the
-planner estimates at ten and looks up.
+planner estimates at ten and looks up. Likewise the check that an event is not already in the
+outbox: written as a plain NOT EXISTS, the planner made it a hash anti-join over every event
+ever written (the bench's orders/s fell by half within a few runs).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ pytestmark = pytest.mark.postgres
 
 ORDERS = 2_000
 STEPS_PER_ORDER = 4
-HOT_TABLES = {"orders", "workflow_steps", "finished_attempts"}
+EVENTS_PER_ORDER = 7
+HOT_TABLES = {"orders", "workflow_steps", "finished_attempts", "outbox"}
 
 FILL = [
     """INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version,
@@ -39,7 +42,10 @@ FILL = [
        FROM generate_series(1, %(orders)s) AS n, generate_series(1, %(steps)s) AS k""",
     """INSERT INTO finished_attempts (step_id, attempt, started_at, worker, finished_at, outcome)
        SELECT step_id, 1, now(), 'w', now(), 'succeeded' FROM workflow_steps""",
-    "ANALYZE orders, workflow_steps, finished_attempts",
+    """INSERT INTO outbox (event_id, order_id, order_seq, type, payload, created_at)
+       SELECT md5(n::text || '#' || k)::uuid, md5(n::text)::uuid, k, 'order.shipped', '{}', now()
+       FROM generate_series(1, %(orders)s) AS n, generate_series(1, %(events)s) AS k""",
+    "ANALYZE orders, workflow_steps, finished_attempts, outbox",
 ]
 
 
@@ -92,7 +98,10 @@ def _explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -
 def test_a_group_commit_and_its_locking_read_use_indexes(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for statement in FILL:
-            conn.execute(statement, {"orders": ORDERS, "steps": STEPS_PER_ORDER})
+            conn.execute(
+                statement,
+                {"orders": ORDERS, "steps": STEPS_PER_ORDER, "events": EVENTS_PER_ORDER},
+            )
         writes = _explain(conn, "apply_changes", {"docs": _result_documents(8)})
         ids = [uuid.uuid4() for _ in range(8)]
         reads = _explain(conn, "lock_aggregates", {"order_ids": ids})
