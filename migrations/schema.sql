@@ -34,16 +34,15 @@ CREATE TABLE finished_attempts (
 
 CREATE TABLE orders (
     order_id uuid NOT NULL,
-    customer_id text NOT NULL,
-    items jsonb NOT NULL,
-    total_minor bigint NOT NULL,
-    currency text NOT NULL,
-    process_version integer NOT NULL,
-    state text NOT NULL,
     created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    event_seq integer DEFAULT 0 NOT NULL,
-    state_reason text,
+    total_minor bigint NOT NULL,
+    process_version integer NOT NULL,
+    customer_id text NOT NULL,
+    currency text NOT NULL,
+    items jsonb NOT NULL,
+    trace_parent text,
+    attention_reason text,
+    attention_since timestamp with time zone,
     reservation_id text,
     reservation_status text DEFAULT 'none'::text NOT NULL,
     reserved_at timestamp with time zone,
@@ -52,9 +51,10 @@ CREATE TABLE orders (
     payment_status text DEFAULT 'none'::text NOT NULL,
     payment_reference text,
     version bigint DEFAULT 0 NOT NULL,
-    attention_reason text,
-    attention_since timestamp with time zone,
-    trace_parent text
+    updated_at timestamp with time zone NOT NULL,
+    event_seq integer DEFAULT 0 NOT NULL,
+    state text NOT NULL,
+    state_reason text
 ) WITH (fillfactor=80);
 
 CREATE TABLE outbox (
@@ -150,7 +150,6 @@ ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY 
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_open_attempt_whole CHECK ((((open_attempt IS NULL) = (open_started_at IS NULL)) AND ((open_attempt IS NULL) = (open_worker IS NULL))));
-ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);

@@ -15,6 +15,7 @@ import attrs
 import psycopg
 import pytest
 from builders import T0, at
+from psycopg.rows import dict_row
 
 from orderflow_core.model import (
     ApiIdempotency,
@@ -306,3 +307,68 @@ def test_0021_refuses_a_step_with_two_attempts_under_way_and_changes_nothing(
         ).fetchone()
     assert kept == (2,)
     assert table == ("BASE TABLE",)
+
+
+# What a database migrated through 0023 holds: an order with every column set (waiting for a
+# person, reserved, paid, traced) and one with only what creation writes, a step and a refund
+# of the first, in the column order of that release.
+OLD_ORDERS = (
+    """
+INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version, state,
+                    created_at, updated_at, event_seq, state_reason, reservation_id,
+                    reservation_status, reserved_at, reservation_expires_at, reservation_expired,
+                    payment_status, payment_reference, version, attention_reason,
+                    attention_since, trace_parent)
+VALUES (%(full)s, 'alice', '[{"sku": "A", "quantity": 2}]', 300, 'RUB', 1, 'payment_unknown',
+        %(t0)s, %(t1)s, 7, 'timeout', 'res-1', 'held', %(t0)s, %(t1)s, true, 'unknown',
+        'pay-1', 9, 'expired_while_unknown', %(t1)s, '00-0af7651916cd43dd8448eb211c80319c-01'),
+       (%(bare)s, 'bob', '[]', 0, 'RUB', 1, 'created', %(t0)s, %(t0)s, 1, NULL, NULL, 'none',
+        NULL, NULL, false, 'none', NULL, 0, NULL, NULL, NULL)
+""",
+    """
+INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, created_at, max_attempts)
+VALUES (%(step)s, %(full)s, 'charge', 2, 'succeeded', %(t0)s, 5)
+""",
+    """
+INSERT INTO refunds (refund_id, order_id, amount_minor, reason, status, requested_by,
+                     created_at, updated_at, step_id)
+VALUES (%(refund)s, %(full)s, 100, 'damaged', 'requested', 'operator', %(t1)s, %(t1)s, %(step)s)
+""",
+)
+
+
+def test_0024_rebuilds_orders_with_the_changing_columns_last_and_keeps_every_row(
+    fresh_database_url: str,
+) -> None:
+    ids = {name: uuid.uuid4() for name in ("full", "bare", "step", "refund")}
+    _old_database(fresh_database_url, 24, OLD_ORDERS, {**ids, "t0": T0, "t1": at(5)})
+    show = "SELECT * FROM orders ORDER BY order_id"
+    positions = (
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'orders'::regclass"
+        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+    with psycopg.connect(fresh_database_url, autocommit=True, row_factory=dict_row) as conn:
+        before = conn.execute(show).fetchall()
+        conn.execute(_migration(24))
+        after = conn.execute(show).fetchall()
+        columns = [row["attname"] for row in conn.execute(positions).fetchall()]
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'orders'"
+        ).fetchone()
+        step_keys = conn.execute(
+            "SELECT conname FROM pg_constraint"
+            " WHERE conrelid = 'workflow_steps'::regclass AND contype = 'f'"
+        ).fetchall()
+        with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
+            conn.execute(
+                "INSERT INTO refunds (refund_id, order_id, amount_minor, reason, status,"
+                " requested_by, created_at, updated_at, step_id)"
+                " VALUES (gen_random_uuid(), gen_random_uuid(), 1, 'x', 'requested', 'op',"
+                " now(), now(), gen_random_uuid())"
+            )
+    assert after == before  # every value of every row, compared by column name
+    assert len(after) == 2
+    assert columns[0] == "order_id"
+    assert columns[-5:] == ["version", "updated_at", "event_seq", "state", "state_reason"]
+    assert options == {"reloptions": ["fillfactor=80"]}
+    assert step_keys == []  # the steps' key to their order is not put back; refunds keep theirs
