@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import psycopg
 from psycopg import AsyncConnection
+from psycopg import errors as pg_errors
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
@@ -22,6 +23,9 @@ from orderflow_pg.errors import database_edge
 # every statement); a connection that does not answer its cancellation within
 # `CANCEL_GRACE_S` is dropped, so an operation ends by statement_timeout + 0.75 s.
 CLIENT_MARGIN_S = 0.25
+# The server function that refuses a prepared statement whose result columns changed (its
+# error's message may be translated; the routine's name is not).
+STALE_PLAN_CHECK = "RevalidateCachedQuery"
 
 
 class Database:
@@ -82,9 +86,23 @@ class Database:
 
     @asynccontextmanager
     async def connection(self, operation: str) -> AsyncIterator[AsyncConnection[Any]]:
-        """A pooled connection for one operation, under its deadline and the error edge."""
+        """A pooled connection for one operation, under its deadline and the error edge.
+
+        A statement this connection prepared before a migration changed the columns it returns
+        (another process ran `orderflow migrate`) fails on the server with "cached plan must not
+        change result type", and would on every later use: the connection is closed, so the
+        pool opens a fresh one that prepares its statements anew, and the operation fails as
+        unavailable, which callers already retry (the API answers 503 once)."""
         async with database_edge(operation, self.deadline_s), self.pool.connection() as conn:
-            yield conn
+            try:
+                yield conn
+            except pg_errors.FeatureNotSupported as exc:
+                if exc.diag.source_function != STALE_PLAN_CHECK:
+                    raise
+                await conn.close()
+                raise StoreUnavailable(
+                    f"{operation}: the schema changed under a prepared statement; reconnecting"
+                ) from exc
 
 
 async def _configure(conn: AsyncConnection[Any]) -> None:

@@ -457,3 +457,37 @@ def test_an_event_is_stored_without_its_order_id_and_read_as_it_was_emitted(
     assert [e.payload for e in run(pg_store.events(after=0, limit=10))] == [
         e.payload for e in waiting
     ]
+
+
+def test_a_migration_under_a_running_store_costs_one_failed_read_not_every_later_one(
+    pg_url: str, run: Run[Any]
+) -> None:
+    """Another process changes the columns a prepared statement returns (as `orderflow
+    migrate` of a newer release does while older processes run): the server refuses that
+    statement on this connection from then on; the store drops the connection, reports the
+    read unavailable once, and the next read prepares afresh on a new connection."""
+    order = new_order()
+
+    async def scenario() -> tuple[int, StoreUnavailable | None, list[Order]]:
+        async with PgOrderStore.open(pg_url, min_size=1, max_size=1) as store:
+            await store.create(creation(order, key=None))
+            for _ in range(8):  # past psycopg's prepare threshold: a server-side statement
+                await store.list_orders(customer_id=None, state=None, limit=10, before=None)
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+                await other.execute("ALTER TABLE orders ADD COLUMN added_by_a_migration integer")
+            refused: StoreUnavailable | None = None
+            try:
+                await store.list_orders(customer_id=None, state=None, limit=10, before=None)
+            except StoreUnavailable as exc:
+                refused = exc
+            pages = [
+                await store.list_orders(customer_id=None, state=None, limit=10, before=None)
+                for _ in range(3)
+            ]
+            return len(pages), refused, [o for page in pages for o in page]
+
+    pages, refused, found = run(scenario())
+    assert refused is not None
+    assert "schema changed" in str(refused)
+    assert pages == 3
+    assert [o.order_id for o in found] == [order.order_id] * 3
