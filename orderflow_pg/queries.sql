@@ -249,7 +249,7 @@ WITH docs AS (
     -- The port's promise: a replayed event lands once (its id is its order's and number's).
     -- Checked on the statement's snapshot rather than by ON CONFLICT, whose speculative
     -- insertion costs a WAL record of its own per event: every writer of an order's events
-    -- holds the order's row lock or its version fence, so a newer writer of the same number
+    -- holds the order's row lock or its version fence, so an earlier writer of the same number
     -- is already committed and visible here; the unique key still refuses anything else.
     -- OFFSET 0 keeps the check a probe of outbox_order_seq_key per event: without it the
     -- generic plan turns it into a hash anti-join over the whole outbox.
