@@ -191,8 +191,7 @@ async def run(
     figures.update(cpu.figures(cpu_start, cpu_end, figures["orders_accepted"], pg))
     if figures["orders_accepted"]:
         accepted = figures["orders_accepted"]
-        split = (wal_read.bytes, wal_read.image_bytes) if wal_read is not None else None
-        figures.update(walstats.per_order(wal_start, wal_end, accepted, split))
+        figures.update(walstats.per_order(wal_start, wal_end, accepted, wal_read))
         if wal_read is not None:
             figures["wal_records_per_order"] = walstats.breakdown(wal_read, names, accepted)
     if samples is not None:

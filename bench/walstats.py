@@ -106,12 +106,6 @@ def _waldump() -> str | None:
     return candidates[-1] if candidates else None
 
 
-def database_wal_bytes(before: dict[str, Any], after: dict[str, Any]) -> int | None:
-    """This database's WAL bytes between two snapshots, or None if the WAL cannot be read."""
-    split = database_wal_split(before, after)
-    return split[0] if split is not None else None
-
-
 @attrs.frozen
 class WalRead:
     """This database's WAL in a window: bytes, the part of them that is full-page images, and
@@ -120,13 +114,6 @@ class WalRead:
     bytes: int
     image_bytes: int
     kinds: dict[tuple[int, str], tuple[int, int, int]]
-
-
-def database_wal_split(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int] | None:
-    """This database's WAL bytes between two snapshots and the part of them that is full-page
-    images (the first change of each page after a checkpoint), or None if unreadable."""
-    read = database_wal(before, after)
-    return (read.bytes, read.image_bytes) if read is not None else None
 
 
 def database_wal(before: dict[str, Any], after: dict[str, Any]) -> WalRead | None:
@@ -217,20 +204,16 @@ def breakdown(read: WalRead, names: dict[int, str], orders: int) -> list[dict[st
 
 
 def per_order(
-    before: dict[str, Any],
-    after: dict[str, Any],
-    orders: int,
-    mine: tuple[int, int] | None = None,
+    before: dict[str, Any], after: dict[str, Any], orders: int, read: WalRead | None
 ) -> dict[str, Any]:
-    """WAL bytes (this database's — `mine` = (bytes, full-page-image bytes) if already read —,
-    the part of them that is full-page images, and the server's in the same window) and rows
-    written, each per order. The windows start after a CHECKPOINT, so the image share is
-    largest in short runs; compare the bytes without images across runs of different length."""
-    if mine is None:
-        mine = database_wal_split(before, after)
+    """WAL bytes (this database's, as `database_wal` read them between the two snapshots, None
+    if it could not; the part of them that is full-page images, the first change of each page
+    after a checkpoint; and the server's in the same window) and rows written, each per order.
+    The windows start after a CHECKPOINT, so the image share is largest in short runs; compare
+    the bytes without images across runs of different length."""
     return {
-        "wal_bytes_per_order": round(mine[0] / orders) if mine is not None else None,
-        "wal_fpi_bytes_per_order": round(mine[1] / orders) if mine is not None else None,
+        "wal_bytes_per_order": round(read.bytes / orders) if read is not None else None,
+        "wal_fpi_bytes_per_order": round(read.image_bytes / orders) if read is not None else None,
         "server_wal_bytes_per_order": round((_lsn(after["lsn"]) - _lsn(before["lsn"])) / orders),
         "rows_written_per_order": round((after["rows"] - before["rows"]) / orders, 1),
     }

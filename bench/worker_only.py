@@ -145,7 +145,7 @@ async def measure(
         pgadmin.wait_no_sessions(server_url, database)
         hot = walstats.hot_share(hot0, walstats.hot_updates(url))
         xacts = stats1["xacts"] - stats0["xacts"] - polls
-        written = walstats.per_order(stats0, stats1, orders)
+        written = walstats.per_order(stats0, stats1, orders, walstats.database_wal(stats0, stats1))
     finally:
         window.close()
         mocks.close()
