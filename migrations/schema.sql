@@ -127,9 +127,12 @@ CREATE TABLE workflow_steps (
     last_error text,
     result jsonb DEFAULT '{}'::jsonb NOT NULL,
     refund_id uuid,
-    open_attempt integer,
-    open_started_at timestamp with time zone,
-    open_worker text
+    latest_attempt integer,
+    latest_started_at timestamp with time zone,
+    latest_worker text,
+    latest_finished_at timestamp with time zone,
+    latest_outcome text,
+    latest_error text
 ) WITH (fillfactor=80);
 
 ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, scope, key);
@@ -149,7 +152,7 @@ ALTER TABLE refunds ADD CONSTRAINT refunds_pkey PRIMARY KEY (refund_id);
 ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
-ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_open_attempt_whole CHECK ((((open_attempt IS NULL) = (open_started_at IS NULL)) AND ((open_attempt IS NULL) = (open_worker IS NULL))));
+ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_latest_attempt_whole CHECK ((((latest_attempt IS NULL) = (latest_started_at IS NULL)) AND ((latest_attempt IS NULL) = (latest_worker IS NULL)) AND ((latest_attempt IS NOT NULL) OR (latest_outcome IS NULL)) AND ((latest_outcome IS NOT NULL) OR ((latest_finished_at IS NULL) AND (latest_error IS NULL)))));
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);
@@ -199,11 +202,11 @@ SELECT finished_attempts.step_id,
    FROM finished_attempts
 UNION ALL
  SELECT workflow_steps.step_id,
-    workflow_steps.open_attempt AS attempt,
-    workflow_steps.open_started_at AS started_at,
-    workflow_steps.open_worker AS worker,
-    NULL::timestamp with time zone AS finished_at,
-    NULL::text AS outcome,
-    NULL::text AS error
+    workflow_steps.latest_attempt AS attempt,
+    workflow_steps.latest_started_at AS started_at,
+    workflow_steps.latest_worker AS worker,
+    workflow_steps.latest_finished_at AS finished_at,
+    workflow_steps.latest_outcome AS outcome,
+    workflow_steps.latest_error AS error
    FROM workflow_steps
-  WHERE (workflow_steps.open_attempt IS NOT NULL);
+  WHERE (workflow_steps.latest_attempt IS NOT NULL);

@@ -1,6 +1,6 @@
 -- lock_aggregate --
--- One order with its steps (each with its ended attempts; the one under way is on the step's
--- row) and its refunds as jsonb; the order and step rows stay locked until commit, so a
+-- One order with its steps (each with its earlier attempts; the latest is on the step's row)
+-- and its refunds as jsonb; the order and step rows stay locked until commit, so a
 -- concurrent claim skips the steps while a decision is applied. Attempts are a correlated
 -- subquery per step: always the primary key's index.
 WITH o AS (
@@ -91,10 +91,11 @@ SELECT
 -- none of the three). Finished steps are neither locked nor compared: each lock is a WAL record.
 -- Nor is a document's guarded step: its update (`guarded`) holds only under the generation the
 -- change was decided under, re-checked on the newest row version, and locks the row itself.
--- Steps and ended attempts are inserted plainly (`new_steps`, `new_attempts`) or updated
+-- Steps and earlier attempts are inserted plainly (`new_steps`, `new_attempts`) or updated
 -- (`steps`, `attempts`): writes.py knows which from the aggregate the change was decided on,
--- and an upsert's speculative insertion costs a WAL record of its own per row. A step's attempt
--- under way is columns of its row (`open_*`); it becomes a `finished_attempts` row when it ends.
+-- and an upsert's speculative insertion costs a WAL record of its own per row. A step's latest
+-- attempt, under way or ended, is columns of its row (`latest_*`); an attempt becomes a
+-- `finished_attempts` row when the next one starts.
 -- One row per document says whether it was applied.
 WITH docs AS (
     SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
@@ -127,8 +128,9 @@ WITH docs AS (
         armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
         last_error = r.last_error, result = r.result, refund_id = r.refund_id,
-        open_attempt = r.open_attempt, open_started_at = r.open_started_at,
-        open_worker = r.open_worker
+        latest_attempt = r.latest_attempt, latest_started_at = r.latest_started_at,
+        latest_worker = r.latest_worker, latest_finished_at = r.latest_finished_at,
+        latest_outcome = r.latest_outcome, latest_error = r.latest_error
     FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
     WHERE docs.d ? 'guarded_step'
       AND s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
@@ -179,13 +181,15 @@ WITH docs AS (
     INSERT INTO workflow_steps (
         step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
         max_attempts, armed_attempt, next_attempt_at, lease_owner, lease_expires_at,
-        last_error, result, refund_id, open_attempt, open_started_at, open_worker
+        last_error, result, refund_id, latest_attempt, latest_started_at, latest_worker,
+        latest_finished_at, latest_outcome, latest_error
     )
     SELECT
         r.step_id, r.order_id, r.kind, r.seq, r.status, r.idempotency_key, r.created_at,
         r.attempt, r.max_attempts, r.armed_attempt, r.next_attempt_at, r.lease_owner,
-        r.lease_expires_at, r.last_error, r.result, r.refund_id, r.open_attempt,
-        r.open_started_at, r.open_worker
+        r.lease_expires_at, r.last_error, r.result, r.refund_id, r.latest_attempt,
+        r.latest_started_at, r.latest_worker, r.latest_finished_at, r.latest_outcome,
+        r.latest_error
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'new_steps') AS r
 ), steps AS (
     UPDATE workflow_steps AS s SET
@@ -193,8 +197,9 @@ WITH docs AS (
         armed_attempt = r.armed_attempt, next_attempt_at = r.next_attempt_at,
         lease_owner = r.lease_owner, lease_expires_at = r.lease_expires_at,
         last_error = r.last_error, result = r.result, refund_id = r.refund_id,
-        open_attempt = r.open_attempt, open_started_at = r.open_started_at,
-        open_worker = r.open_worker
+        latest_attempt = r.latest_attempt, latest_started_at = r.latest_started_at,
+        latest_worker = r.latest_worker, latest_finished_at = r.latest_finished_at,
+        latest_outcome = r.latest_outcome, latest_error = r.latest_error
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
     WHERE s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
       AND s.order_id = ANY (ARRAY(

@@ -118,10 +118,11 @@ def _aggregate(order: rows.Row, steps: list[rows.Row], refunds: list[rows.Row]) 
 
 
 def _step(data: rows.Row) -> Step:
-    attempts = tuple(
+    earlier = tuple(
         rows.attempt_from_row(rows.json_row(Attempt, a)) for a in data.pop("attempt_rows")
     )
     step = rows.json_row(Step, data)
-    if step["open_started_at"] is not None:
-        step["open_started_at"] = datetime.fromisoformat(step["open_started_at"])
-    return rows.step_from_row(step, attempts)
+    for instant in ("latest_started_at", "latest_finished_at"):
+        if step[instant] is not None:
+            step[instant] = datetime.fromisoformat(step[instant])
+    return rows.step_from_row(step, earlier)

@@ -76,32 +76,40 @@ def order_doc(order: Order) -> Params:
 
 
 def step_doc(step: Step) -> Params:
-    """A step in `apply_changes`'s document: its attempt under way, if any, goes on its row
-    (`open_attempt`, `open_started_at`, `open_worker`); its ended attempts are entries of their
-    own (`attempt_doc`). Its idempotency key is left out (NULL) when it is the one derived from
-    the order, kind and number (`ids.step_key`), as every step's is: ~50 bytes fewer in each of
-    the row's versions, so in the WAL of its insert and of each update."""
+    """A step in `apply_changes`'s document: its latest attempt, under way or ended, goes on its
+    row (`latest_*`); the attempts before it are entries of their own (`attempt_doc`). Its
+    idempotency key is left out (NULL) when it is the one derived from the order, kind and
+    number (`ids.step_key`), as every step's is: ~50 bytes fewer in each of the row's versions,
+    so in the WAL of its insert and of each update."""
     doc = _doc(step, without=("attempts",))
     if step.idempotency_key == ids.step_key(step.order_id, step.kind.value, step.seq):
         doc["idempotency_key"] = None  # derived again when read (`step_from_row`)
-    running = open_attempt(step)
-    doc["open_attempt"] = running.attempt if running is not None else None
-    doc["open_started_at"] = running.started_at if running is not None else None
-    doc["open_worker"] = running.worker if running is not None else None
+    latest = latest_attempt(step)
+    doc["latest_attempt"] = latest.attempt if latest is not None else None
+    doc["latest_started_at"] = latest.started_at if latest is not None else None
+    doc["latest_worker"] = latest.worker if latest is not None else None
+    doc["latest_finished_at"] = latest.finished_at if latest is not None else None
+    doc["latest_outcome"] = latest.outcome if latest is not None else None
+    doc["latest_error"] = latest.error if latest is not None else None
     return doc
 
 
-def open_attempt(step: Step) -> Attempt | None:
-    """The step's attempt under way (no outcome yet), which its row keeps; a step with more
-    than one is refused (starting an attempt closes any earlier one that never reported)."""
-    running = [a for a in step.attempts if a.outcome is None]
-    if len(running) > 1:
-        raise ValueError(f"step {step.step_id} has {len(running)} attempts under way")
-    return running[0] if running else None
+def latest_attempt(step: Step) -> Attempt | None:
+    """The step's attempt with the highest number, which its row keeps; every earlier one must
+    have ended (starting an attempt closes any earlier one that never reported), else the step
+    is refused."""
+    if not step.attempts:
+        return None
+    latest = max(step.attempts, key=lambda a: a.attempt)
+    running = [a for a in step.attempts if a.outcome is None and a is not latest]
+    if running:
+        under_way = len(running) + (latest.outcome is None)
+        raise ValueError(f"step {step.step_id} has {under_way} attempts under way")
+    return latest
 
 
 def attempt_doc(step_id: UUID, attempt: Attempt) -> Params:
-    """An ended attempt in `apply_changes`'s document (a `finished_attempts` row)."""
+    """An earlier attempt in `apply_changes`'s document (a `finished_attempts` row)."""
     if attempt.outcome is None:
         raise ValueError(f"attempt {attempt.attempt} of step {step_id} has not ended")
     return {"step_id": step_id, **_doc(attempt)}
@@ -147,18 +155,25 @@ def order_from_row(row: Row) -> Order:
     return Order(**fields)
 
 
-def step_from_row(row: Row, finished: tuple[Attempt, ...]) -> Step:
-    """A `workflow_steps` row, with its ended attempts, as the core's value; the attempt under
-    way on the row, if any, comes after them."""
+def step_from_row(row: Row, earlier: tuple[Attempt, ...]) -> Step:
+    """A `workflow_steps` row, with its earlier attempts, as the core's value; the latest
+    attempt, on the row, comes after them."""
     fields = _pick(Step, row, without=("attempts",))
     fields["kind"] = StepKind(row["kind"])
     fields["status"] = StepStatus(row["status"])
     if fields["idempotency_key"] is None:  # the usual key, not stored (`step_doc`)
         fields["idempotency_key"] = ids.step_key(row["order_id"], row["kind"], row["seq"])
-    attempts = finished
-    if row["open_attempt"] is not None:
-        running = Attempt(row["open_attempt"], row["open_started_at"], row["open_worker"])
-        attempts = tuple(sorted((*finished, running), key=lambda a: a.attempt))
+    attempts = earlier
+    if row["latest_attempt"] is not None:
+        latest = Attempt(
+            row["latest_attempt"],
+            row["latest_started_at"],
+            row["latest_worker"],
+            row["latest_finished_at"],
+            row["latest_outcome"],
+            row["latest_error"],
+        )
+        attempts = tuple(sorted((*earlier, latest), key=lambda a: a.attempt))
     return Step(**fields, attempts=attempts)
 
 

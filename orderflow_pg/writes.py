@@ -19,7 +19,14 @@ import attrs
 import orjson
 
 from orderflow_core import ids
-from orderflow_core.model import Change, HistoryEntry, OrderAggregate, OutboxEvent
+from orderflow_core.model import (
+    Attempt,
+    Change,
+    HistoryEntry,
+    OrderAggregate,
+    OutboxEvent,
+    Step,
+)
 from orderflow_core.states import StepStatus
 from orderflow_core.vocabulary import state_event
 from orderflow_pg import rows
@@ -52,9 +59,9 @@ def documents(docs: list[dict[str, Any]]) -> str:
 def change_doc(
     change: Change, before: OrderAggregate | None = None, *, new: bool = False
 ) -> dict[str, Any]:
-    """One change's document for `apply_changes`; of the ended attempts only those new or
-    changed since `before`, and the guarded step under its own key, with the generation that
-    must hold."""
+    """One change's document for `apply_changes`; of the earlier attempts (all but each step's
+    latest) only those new or changed since `before`, and the guarded step under its own key,
+    with the generation that must hold."""
     doc: dict[str, Any] = {}
     guard = change.guard
     guarded = next((s for s in change.steps if guard and s.step_id == guard.step_id), None)
@@ -74,13 +81,15 @@ def change_doc(
         had = before.step(step.step_id) if before is not None else None
         if step is not guarded:
             doc["steps" if had is not None else "new_steps"].append(rows.step_doc(step))
-        # The attempt under way rides on the step's row (`rows.step_doc`); an ended one is
-        # written once, when it ends, unless it had ended already.
-        known = {a.attempt: a for a in had.attempts if a.outcome is not None} if had else {}
+        # The latest attempt rides on the step's row (`rows.step_doc`); an earlier one is
+        # inserted once, by the write that makes it earlier (the next attempt's start), and
+        # updated only if it changes afterwards.
+        latest = rows.latest_attempt(step)
+        in_table = _earlier_attempts(had)
         for attempt in step.attempts:
-            if attempt.outcome is None:
+            if attempt is latest:
                 continue
-            old = known.get(attempt.attempt)
+            old = in_table.get(attempt.attempt)
             if old is None:
                 doc["new_attempts"].append(rows.attempt_doc(step.step_id, attempt))
             elif old != attempt:
@@ -97,6 +106,15 @@ def change_doc(
         doc["processed_event_id"] = change.processed_event_id
         doc["order_id"] = order.order_id if order is not None else None
     return doc
+
+
+def _earlier_attempts(step: Step | None) -> dict[int, Attempt]:
+    """The attempts of a step as read that are rows of `finished_attempts`: all but its
+    latest, which its row holds."""
+    latest = rows.latest_attempt(step) if step is not None else None
+    if step is None or latest is None:
+        return {}
+    return {a.attempt: a for a in step.attempts if a.attempt != latest.attempt}
 
 
 def _event_docs(change: Change) -> list[dict[str, Any]]:

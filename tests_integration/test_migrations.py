@@ -42,7 +42,8 @@ def _names(cls: type[Any], *extra: str) -> set[str]:
 EXPECTED_COLUMNS = {
     "orders": _names(Order, "version"),  # the store's own fence (0006), not a model field
     "workflow_steps": (_names(Step) - {"attempts"})
-    | {"open_attempt", "open_started_at", "open_worker"},  # the attempt under way (0021)
+    | {f"latest_{name}" for name in _names(Attempt) - {"attempt"}}  # its latest (0021, 0025)
+    | {"latest_attempt"},
     "finished_attempts": _names(Attempt, "step_id"),
     "step_attempts": _names(Attempt, "step_id"),  # a view: the ended ones and those under way
     "refunds": _names(Refund),
@@ -267,8 +268,13 @@ VALUES (%(step)s, 1, %(t0)s, 'w1', %(t1)s, %(first)s, NULL),
 
 
 def _through_0020(url: str, first_outcome: str | None) -> dict[str, Any]:
-    params = {"step": uuid.uuid4(), "order": uuid.uuid4(), "t0": T0, "t1": at(5),
-              "first": first_outcome}
+    params = {
+        "step": uuid.uuid4(),
+        "order": uuid.uuid4(),
+        "t0": T0,
+        "t1": at(5),
+        "first": first_outcome,
+    }
     _old_database(url, 21, OLD_ATTEMPTS, params)
     return params
 
@@ -299,9 +305,7 @@ def test_0021_refuses_a_step_with_two_attempts_under_way_and_changes_nothing(
         refused = pytest.raises(psycopg.errors.RaiseException, match="1 step")
         with refused, conn.transaction():
             conn.execute(_migration(21))
-        kept = conn.execute(
-            "SELECT count(*) FROM step_attempts WHERE outcome IS NULL"
-        ).fetchone()
+        kept = conn.execute("SELECT count(*) FROM step_attempts WHERE outcome IS NULL").fetchone()
         table = conn.execute(
             "SELECT table_type FROM information_schema.tables WHERE table_name = 'step_attempts'"
         ).fetchone()
@@ -372,3 +376,57 @@ def test_0024_rebuilds_orders_with_the_changing_columns_last_and_keeps_every_row
     assert columns[-5:] == ["version", "updated_at", "event_seq", "state", "state_reason"]
     assert options == {"reloptions": ["fillfactor=80"]}
     assert step_keys == []  # the steps' key to their order is not put back; refunds keep theirs
+
+
+OLD_STEP_ATTEMPTS = (
+    """
+INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, created_at, attempt,
+                            max_attempts, lease_owner, lease_expires_at, open_attempt,
+                            open_started_at, open_worker)
+VALUES (%(retried)s, %(order)s, 'charge', 1, 'succeeded', %(t0)s, 2, 5, NULL, NULL,
+        NULL, NULL, NULL),
+       (%(running)s, %(order)s, 'ship', 2, 'running', %(t0)s, 2, 5, 'w3', %(t1)s,
+        2, %(t1)s, 'w3'),
+       (%(waiting)s, %(order)s, 'expire_reservation', 3, 'pending', %(t0)s, 0, 1, NULL, NULL,
+        NULL, NULL, NULL)
+""",
+    """
+INSERT INTO finished_attempts (step_id, attempt, started_at, worker, finished_at, outcome, error)
+VALUES (%(retried)s, 1, %(t0)s, 'w1', %(t0)s, 'transient', '503'),
+       (%(retried)s, 2, %(t0)s, 'w2', %(t1)s, 'succeeded', NULL),
+       (%(running)s, 1, %(t0)s, 'w1', %(t1)s, 'unknown', 'lease lost')
+""",
+)
+
+
+def test_0025_puts_each_steps_latest_attempt_on_its_row_and_shows_every_attempt_as_before(
+    fresh_database_url: str,
+) -> None:
+    ids = {name: uuid.uuid4() for name in ("order", "retried", "running", "waiting")}
+    _old_database(fresh_database_url, 25, OLD_STEP_ATTEMPTS, {**ids, "t0": T0, "t1": at(5)})
+    show = "SELECT * FROM step_attempts ORDER BY step_id, attempt"
+    on_rows = (
+        "SELECT step_id, latest_attempt, latest_worker, latest_finished_at, latest_outcome,"
+        " latest_error FROM workflow_steps ORDER BY seq"
+    )
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        before = conn.execute(show).fetchall()
+        conn.execute(_migration(25))
+        after = conn.execute(show).fetchall()
+        earlier = conn.execute(
+            "SELECT step_id, attempt FROM finished_attempts ORDER BY step_id, attempt"
+        ).fetchall()
+        rows = conn.execute(on_rows).fetchall()
+        with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+            conn.execute(
+                "UPDATE workflow_steps SET latest_outcome = 'succeeded' WHERE step_id = %s",
+                (ids["waiting"],),
+            )
+    assert after == before
+    assert len(after) == 4
+    assert sorted(earlier) == sorted([(ids["retried"], 1), (ids["running"], 1)])
+    assert rows == [
+        (ids["retried"], 2, "w2", at(5), "succeeded", None),  # moved onto its row
+        (ids["running"], 2, "w3", None, None, None),  # under way: already there
+        (ids["waiting"], None, None, None, None, None),  # never started
+    ]

@@ -367,7 +367,7 @@ def test_the_history_is_read_back_from_the_state_events_with_the_other_events_le
     assert types == ["order.created", "order.poked"]
 
 
-def test_an_attempt_under_way_rides_on_its_step_row_and_is_written_once_when_it_ends(
+def test_the_latest_attempt_rides_on_its_step_row_and_moves_out_when_the_next_one_starts(
     pg_store: PgOrderStore, pg_url: str, run: Run[Any]
 ) -> None:
     order, claim, claimed = _one_claimed(pg_store, run)
@@ -375,25 +375,59 @@ def test_an_attempt_under_way_rides_on_its_step_row_and_is_written_once_when_it_
     under_way = Attempt(claim.attempt, at(1), "A")
     opened = attrs.evolve(step, attempts=(under_way,))
     run(pg_store.update(order.order_id, lambda _: (Change(steps=(opened,)), None)))
-    on_row = "SELECT open_attempt, open_started_at, open_worker FROM workflow_steps"
-    ended = "SELECT attempt, started_at, worker, finished_at, outcome FROM finished_attempts"
+    on_row = (
+        "SELECT latest_attempt, latest_started_at, latest_worker, latest_finished_at,"
+        " latest_outcome, latest_error FROM workflow_steps"
+    )
+    earlier = (
+        "SELECT attempt, started_at, worker, finished_at, outcome, error FROM finished_attempts"
+    )
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute(on_row).fetchall() == [(claim.attempt, at(1), "A")]
-        assert conn.execute(ended).fetchall() == []
+        assert conn.execute(on_row).fetchall() == [(claim.attempt, at(1), "A", None, None, None)]
+        assert conn.execute(earlier).fetchall() == []
     before = run(pg_store.load(order.order_id))
     assert before.steps[0].attempts == (under_way,)
 
-    done = attrs.evolve(under_way, finished_at=at(2), outcome=AttemptOutcome.SUCCEEDED)
+    # It ends: still on the row, now with its outcome; nothing inserted
+    done = attrs.evolve(under_way, finished_at=at(2), outcome=AttemptOutcome.TRANSIENT, error="503")
     closed = attrs.evolve(opened, attempts=(done,))
     doc = change_doc(Change(steps=(closed,)), before)
-    assert (len(doc["new_attempts"]), doc["attempts"]) == (1, [])  # one insert, no update
+    assert (doc["new_attempts"], doc["attempts"]) == ([], [])
     run(pg_store.update(order.order_id, lambda _: (Change(steps=(closed,)), None)))
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute(on_row).fetchall() == [(None, None, None)]
-        assert conn.execute(ended).fetchall() == [(claim.attempt, at(1), "A", at(2), "succeeded")]
-        shown = conn.execute("SELECT attempt, outcome FROM step_attempts").fetchall()
-    assert shown == [(claim.attempt, "succeeded")]
-    assert run(pg_store.load(order.order_id)).steps[0].attempts == (done,)
+        assert conn.execute(on_row).fetchall() == [
+            (claim.attempt, at(1), "A", at(2), "transient", "503")
+        ]
+        assert conn.execute(earlier).fetchall() == []
+    before = run(pg_store.load(order.order_id))
+    assert before.steps[0].attempts == (done,)
+
+    # The next one starts: the ended one is inserted once, the row holds the new one
+    second = Attempt(claim.attempt + 1, at(3), "B")
+    retried = attrs.evolve(closed, attempt=claim.attempt + 1, attempts=(done, second))
+    doc = change_doc(Change(steps=(retried,)), before)
+    assert (len(doc["new_attempts"]), doc["attempts"]) == (1, [])
+    run(pg_store.update(order.order_id, lambda _: (Change(steps=(retried,)), None)))
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(on_row).fetchall() == [
+            (claim.attempt + 1, at(3), "B", None, None, None)
+        ]
+        assert conn.execute(earlier).fetchall() == [
+            (claim.attempt, at(1), "A", at(2), "transient", "503")
+        ]
+        shown = conn.execute("SELECT attempt, outcome FROM step_attempts ORDER BY 1").fetchall()
+    assert shown == [(claim.attempt, "transient"), (claim.attempt + 1, None)]
+    before = run(pg_store.load(order.order_id))
+    assert before.steps[0].attempts == (done, second)
+
+    # An earlier attempt that changes afterwards (a status check proving it charged nothing)
+    # is updated in place
+    proved = attrs.evolve(done, outcome=AttemptOutcome.NOT_CHARGED)
+    amended = attrs.evolve(retried, attempts=(proved, second))
+    doc = change_doc(Change(steps=(amended,)), before)
+    assert (doc["new_attempts"], len(doc["attempts"])) == ([], 1)
+    run(pg_store.update(order.order_id, lambda _: (Change(steps=(amended,)), None)))
+    assert run(pg_store.load(order.order_id)).steps[0].attempts == (proved, second)
 
 
 def test_a_step_with_two_attempts_under_way_is_refused() -> None:
@@ -438,8 +472,12 @@ def test_an_event_is_stored_without_its_order_id_and_read_as_it_was_emitted(
         conn.execute(
             "INSERT INTO outbox (event_id, order_id, order_seq, type, payload, created_at)"
             " VALUES (%s, %s, 2, 'order.poked', %s, %s)",
-            (uuid.uuid4(), order.order_id, psycopg.types.json.Jsonb(
-                {"order_id": str(order.order_id), "n": 1}), T0),
+            (
+                uuid.uuid4(),
+                order.order_id,
+                psycopg.types.json.Jsonb({"order_id": str(order.order_id), "n": 1}),
+                T0,
+            ),
         )
         conn.commit()
         stored = conn.execute("SELECT payload FROM outbox ORDER BY seq").fetchall()
@@ -451,7 +489,9 @@ def test_an_event_is_stored_without_its_order_id_and_read_as_it_was_emitted(
     run(pg_store.update(order.order_id, lambda _: (Change(order=bare, events=(plain,)), None)))
     waiting = run(pg_store.unpublished_events(10))
     assert [e.payload for e in waiting] == [
-        emitted.payload, {"order_id": str(order.order_id), "n": 1}, {}
+        emitted.payload,
+        {"order_id": str(order.order_id), "n": 1},
+        {},
     ]
     run(pg_store.mark_published([e.seq for e in waiting], T0))
     assert [e.payload for e in run(pg_store.events(after=0, limit=10))] == [
