@@ -166,12 +166,12 @@ def step_from_row(row: Row, earlier: tuple[Attempt, ...]) -> Step:
     attempts = earlier
     if row["latest_attempt"] is not None:
         latest = Attempt(
-            row["latest_attempt"],
-            row["latest_started_at"],
-            row["latest_worker"],
-            row["latest_finished_at"],
-            row["latest_outcome"],
-            row["latest_error"],
+            attempt=row["latest_attempt"],
+            started_at=row["latest_started_at"],
+            worker=row["latest_worker"],
+            finished_at=row["latest_finished_at"],
+            outcome=row["latest_outcome"],
+            error=row["latest_error"],
         )
         attempts = tuple(sorted((*earlier, latest), key=lambda a: a.attempt))
     return Step(**fields, attempts=attempts)

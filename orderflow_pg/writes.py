@@ -111,10 +111,10 @@ def change_doc(
 def _earlier_attempts(step: Step | None) -> dict[int, Attempt]:
     """The attempts of a step as read that are rows of `finished_attempts`: all but its
     latest, which its row holds."""
-    latest = rows.latest_attempt(step) if step is not None else None
-    if step is None or latest is None:
+    if step is None:
         return {}
-    return {a.attempt: a for a in step.attempts if a.attempt != latest.attempt}
+    latest = rows.latest_attempt(step)
+    return {a.attempt: a for a in step.attempts if a is not latest}
 
 
 def _event_docs(change: Change) -> list[dict[str, Any]]:
