@@ -67,6 +67,9 @@ class Executor:
         # from the aggregate while it is locked (for the attempt span's link), by step id.
         self._trace_parents: dict[UUID, str | None] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+        # Tasks whose slot was given back when their last result was decided: they only wait
+        # for its commit (a new claim may use the slot meanwhile); `stop` still waits for them.
+        self._finishing: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         # Whether another claim may find work before the next poll: the last claim was cut
@@ -180,7 +183,7 @@ class Executor:
             for claim, plan in await self._start(claims):
                 task = asyncio.create_task(self._guarded(claim, plan))
                 self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
+                task.add_done_callback(self._forget)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.timing.poll_interval_s):
                     await _first(self._wake.wait(), self._stopping.wait())
@@ -193,8 +196,9 @@ class Executor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         abandoned = 0
-        if self._in_flight:
-            _, pending = await asyncio.wait(set(self._in_flight), timeout=grace_s)
+        running = self._in_flight | self._finishing
+        if running:
+            _, pending = await asyncio.wait(running, timeout=grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -221,13 +225,33 @@ class Executor:
             # (the done-callback would discard it only after this returns).
             task = asyncio.current_task()
             if task is not None:
-                self._in_flight.discard(task)
-            # A slot is free: claim again if work may be waiting. When chaining, without a
-            # backlog or a wake-up a claim would find nothing (the step a result made due was
-            # chained here; other new steps are announced by NOTIFY or found by the poll), so
-            # it is not worth a transaction.
-            if self._backlog or self._notified or not self.timing.chain_steps:
-                self._wake_if_room()
+                self._forget(task)
+            self._slot_freed()
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._finishing.discard(task)
+
+    def _slot_freed(self) -> None:
+        # A slot is free: claim again if work may be waiting. When chaining, without a
+        # backlog or a wake-up a claim would find nothing (the step a result made due was
+        # chained here; other new steps are announced by NOTIFY or found by the poll), so
+        # it is not worth a transaction.
+        if self._backlog or self._notified or not self.timing.chain_steps:
+            self._wake_if_room()
+
+    def _give_back_slot(self, task: asyncio.Task[None]) -> None:
+        """`task` holds no slot from now on: it only waits for its last commit."""
+        if task in self._in_flight:
+            self._in_flight.discard(task)
+            self._finishing.add(task)
+            self._slot_freed()
+
+    def _take_back_slot(self, task: asyncio.Task[None]) -> None:
+        """A decision made again (the store read the order anew) chains after all."""
+        if task in self._finishing:
+            self._finishing.discard(task)
+            self._in_flight.add(task)
 
     async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
         """Call, commit the result, and go on with each step that result chained."""
@@ -254,13 +278,22 @@ class Executor:
         observed.finished(outcome_name(outcome))
         trace_parent_of_order: str | None = None
         rejected: list[str] = []
+        task = asyncio.current_task()
 
         def decide(agg: OrderAggregate) -> tuple[Change, tuple[Claim, CallPlan] | None]:
             nonlocal trace_parent_of_order
             ctx = self._ctx()
             rejected[:] = [] if saga.guard_holds(agg, claim, ctx) else [_why_stale(agg, claim)]
             trace_parent_of_order = agg.order.trace_parent
-            return saga.decide_result(agg, claim, outcome, ctx, chain=chain)
+            change, following = saga.decide_result(agg, claim, outcome, ctx, chain=chain)
+            # A result that chains nothing is this task's last commit: its slot is free for
+            # a claim while the commit runs (under a backlog, ~a commit's wait per order).
+            if task is not None:
+                if following is None:
+                    self._give_back_slot(task)
+                else:
+                    self._take_back_slot(task)
+            return change, following
 
         try:
             following = await self.commits.update(claim.order_id, decide)

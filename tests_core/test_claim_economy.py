@@ -31,10 +31,27 @@ class CountingStore(InMemoryOrderStore):
         super().__init__()
         self.claims: list[int] = []  # how many steps each claim returned
         self.batches: list[list[Any]] = []  # the order ids of each group commit
+        # When set: the first group commit that ships an order returns only once it is set
+        # (decided and stored, its round trip not yet back).
+        self.hold_shipping: asyncio.Event | None = None
+        self.held = 0
 
     async def update_many(self, updates: Any) -> Any:
         self.batches.append([order_id for order_id, _ in updates])
-        return await super().update_many(updates)
+        results = await super().update_many(updates)
+        gate = self.hold_shipping
+        ids = [order_id for order_id, _ in updates]
+        if gate is not None and not gate.is_set() and await self.shipped(ids, any_of=True):
+            self.held += 1
+            await gate.wait()
+        return results
+
+    async def shipped(self, order_ids: list[Any], *, any_of: bool = False) -> bool:
+        states = [
+            aggregate is not None and aggregate.order.state is OrderState.SHIPPED
+            for aggregate in [await self.load(order_id) for order_id in order_ids]
+        ]
+        return any(states) if any_of else all(states)
 
     async def claim_due(self, **kwargs: Any) -> list[Claim]:
         claimed = await super().claim_due(**kwargs)
@@ -83,11 +100,7 @@ class Node:
         return view.aggregate.order.order_id
 
     async def shipped(self, order_ids: list[Any]) -> bool:
-        for order_id in order_ids:
-            aggregate = await self.store.load(order_id)
-            if aggregate is None or aggregate.order.state is not OrderState.SHIPPED:
-                return False
-        return True
+        return await self.store.shipped(order_ids)
 
     async def idle(self) -> bool:
         return self.executor.free_slots == self.executor.timing.max_concurrent
@@ -172,6 +185,31 @@ def test_a_slot_that_frees_under_a_backlog_is_claimed_at_once_not_when_more_have
     assert still_held
     assert claims[:2] == [8, 1], "one free slot, one claim"
     assert sum(claims) == 9
+
+
+def test_the_slot_of_a_result_that_chains_nothing_is_claimed_while_its_commit_runs() -> None:
+    async def scenario() -> tuple[int, list[int], bool, list[int]]:
+        node = Node(max_concurrent=1)
+        order_ids = [await node.create() for _ in range(2)]
+        gate = node.store.hold_shipping = asyncio.Event()
+        running = asyncio.create_task(node.executor.run())
+        # One slot: the first order's chain runs to its ship result, whose commit is held.
+        # The result chains nothing, so its slot was given back when it was decided: the
+        # second order is claimed into it before that commit returns.
+        await _until(lambda: _true(node.store.held), "the last commit of the first order held")
+        await _until(lambda: _true(len(node.store.claims) == 2), "a claim while it is held")
+        held, claims_while_held = node.store.held, list(node.store.claims)
+        second_shipped_while_held = await node.store.shipped(order_ids, any_of=False)
+        gate.set()
+        return held, claims_while_held, second_shipped_while_held, await node.claims_once_done(
+            order_ids, running
+        )
+
+    held, claims_while_held, both_shipped_while_held, claims = asyncio.run(scenario())
+    assert held == 1
+    assert claims_while_held == [1, 1]
+    assert not both_shipped_while_held, "the second order's start waits for the held commit"
+    assert sum(claims) == 2
 
 
 def test_a_claim_batch_starts_through_the_executors_writer_in_one_group_commit() -> None:
