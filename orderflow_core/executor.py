@@ -247,12 +247,6 @@ class Executor:
             self._finishing.add(task)
             self._slot_freed()
 
-    def _take_back_slot(self, task: asyncio.Task[None]) -> None:
-        """A decision made again (the store read the order anew) chains after all."""
-        if task in self._finishing:
-            self._finishing.discard(task)
-            self._in_flight.add(task)
-
     async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
         """Call, commit the result, and go on with each step that result chained."""
         current: tuple[Claim, CallPlan] | None = (claim, plan)
@@ -285,14 +279,17 @@ class Executor:
             ctx = self._ctx()
             rejected[:] = [] if saga.guard_holds(agg, claim, ctx) else [_why_stale(agg, claim)]
             trace_parent_of_order = agg.order.trace_parent
-            change, following = saga.decide_result(agg, claim, outcome, ctx, chain=chain)
-            # A result that chains nothing is this task's last commit: its slot is free for
-            # a claim while the commit runs (under a backlog, ~a commit's wait per order).
-            if task is not None:
-                if following is None:
-                    self._give_back_slot(task)
-                else:
-                    self._take_back_slot(task)
+            # A result that chains nothing is this task's last commit: its slot is given back
+            # when it is decided, free for a claim while the commit runs. Decided again after
+            # that (the store read the order anew), it chains nothing either: a claim may have
+            # taken the slot, so the step it would chain is left due for a claim, and never
+            # more than `max_concurrent` steps are in flight.
+            given_back = task is not None and task in self._finishing
+            change, following = saga.decide_result(
+                agg, claim, outcome, ctx, chain=chain and not given_back
+            )
+            if following is None and task is not None:
+                self._give_back_slot(task)
             return change, following
 
         try:

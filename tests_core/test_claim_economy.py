@@ -17,7 +17,7 @@ from orderflow_core.model import Claim, Item, Principal
 from orderflow_core.outcomes import Outcome
 from orderflow_core.ports import CallContext
 from orderflow_core.service import OrderService
-from orderflow_core.states import Role
+from orderflow_core.states import Role, StepStatus
 from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
 from orderflow_mocks.sim_adapters import SimulatedWarehouse, simulated_services
 from orderflow_mocks.simulation import Simulator
@@ -59,6 +59,39 @@ class CountingStore(InMemoryOrderStore):
         return claimed
 
 
+class RedecidingStore(CountingStore):
+    """Decides each order's first result (its second update: the first is its start) twice,
+    as the PostgreSQL store does when the copy of an order it kept turns out stale: first on a
+    copy whose running step is no longer this executor's (so nothing chains), then on the
+    order as stored. What each decision returned, by order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.updates: dict[Any, int] = {}
+        self.values: dict[Any, list[Any]] = {}
+
+    async def update_many(self, updates: Any) -> Any:
+        for order_id, decide in updates:
+            self.updates[order_id] = self.updates.get(order_id, 0) + 1
+            if self.updates[order_id] != 2:
+                continue
+            stored = await self.load(order_id)
+            assert stored is not None
+            stale = attrs.evolve(
+                stored,
+                steps=tuple(
+                    attrs.evolve(s, lease_owner="another worker")
+                    if s.status is StepStatus.RUNNING
+                    else s
+                    for s in stored.steps
+                ),
+            )
+            first = decide(stale)[1]
+            await asyncio.sleep(0)  # the read of the order anew
+            self.values[order_id] = [first, decide(stored)[1]]
+        return await super().update_many(updates)
+
+
 class HeldWarehouse(SimulatedWarehouse):
     """Reservations of the orders in `held` wait until `release` is set."""
 
@@ -76,9 +109,9 @@ class HeldWarehouse(SimulatedWarehouse):
 
 
 class Node:
-    def __init__(self, max_concurrent: int) -> None:
+    def __init__(self, max_concurrent: int, store: CountingStore | None = None) -> None:
         self.clock = FakeClock()
-        self.store = CountingStore()
+        self.store = store or CountingStore()
         # Version 1: the claim counts below are those of reserve, charge and ship.
         self.service = OrderService(self.store, self.clock, InMemoryUsers(), process_version=1)
         timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
@@ -210,6 +243,21 @@ def test_the_slot_of_a_result_that_chains_nothing_is_claimed_while_its_commit_ru
     assert claims_while_held == [1, 1]
     assert not both_shipped_while_held, "the second order's start waits for the held commit"
     assert sum(claims) == 2
+
+
+def test_a_result_decided_again_after_its_slot_was_given_back_chains_nothing() -> None:
+    async def scenario() -> tuple[list[Any], dict[Any, list[Any]], list[int]]:
+        store = RedecidingStore()
+        node = Node(max_concurrent=1, store=store)
+        order_ids = [await node.create() for _ in range(2)]
+        running = asyncio.create_task(node.executor.run())
+        return order_ids, store.values, await node.claims_once_done(order_ids, running)
+
+    order_ids, values, claims = asyncio.run(scenario())
+    # Each reserve result, decided on a stale copy, chained nothing and gave its slot back;
+    # decided again on the stored order it chains nothing either (the slot may be taken).
+    assert values == {order_id: [None, None] for order_id in order_ids}
+    assert sum(claims) == 4, "each order's charge was left due for a claim of its own"
 
 
 def test_a_claim_batch_starts_through_the_executors_writer_in_one_group_commit() -> None:
