@@ -55,7 +55,7 @@ CREATE TABLE orders (
     event_seq integer DEFAULT 0 NOT NULL,
     state text NOT NULL,
     state_reason text
-) WITH (fillfactor=80);
+) WITH (fillfactor=50);
 
 CREATE TABLE outbox (
     seq bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -133,7 +133,7 @@ CREATE TABLE workflow_steps (
     latest_finished_at timestamp with time zone,
     latest_outcome text,
     latest_error text
-) WITH (fillfactor=80);
+) WITH (fillfactor=50);
 
 ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, scope, key);
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);

@@ -430,3 +430,17 @@ def test_0025_puts_each_steps_latest_attempt_on_its_row_and_shows_every_attempt_
         (ids["running"], 2, "w3", None, None, None),  # under way: already there
         (ids["waiting"], None, None, None, None, None),  # never started
     ]
+
+
+def test_0026_leaves_half_of_each_new_step_and_order_page_free(fresh_database_url: str) -> None:
+    _migrate_before(fresh_database_url, 26)
+    options = (
+        "SELECT relname, reloptions FROM pg_class"
+        " WHERE relname IN ('orders', 'workflow_steps') ORDER BY relname"
+    )
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        before = conn.execute(options).fetchall()
+        conn.execute(_migration(26))
+        after = conn.execute(options).fetchall()
+    assert before == [("orders", ["fillfactor=80"]), ("workflow_steps", ["fillfactor=80"])]
+    assert after == [("orders", ["fillfactor=50"]), ("workflow_steps", ["fillfactor=50"])]
