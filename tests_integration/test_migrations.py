@@ -205,6 +205,13 @@ def _migration(version: int) -> bytes:
     return file.sql.encode("utf-8")
 
 
+def _across(conn: psycopg.Connection[Any], version: int, query: str) -> tuple[list[Any], list[Any]]:
+    """What `query` returns before migration `version` runs on `conn`, and after."""
+    before = conn.execute(query).fetchall()
+    conn.execute(_migration(version))
+    return before, conn.execute(query).fetchall()
+
+
 def test_0019_numbers_the_events_and_keeps_the_history_as_a_view(
     fresh_database_url: str,
 ) -> None:
@@ -285,9 +292,7 @@ def test_0021_moves_the_attempt_under_way_onto_its_step_and_shows_every_attempt_
     params = _through_0020(fresh_database_url, "transient")
     show = "SELECT * FROM step_attempts ORDER BY step_id, attempt"
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-        before = conn.execute(show).fetchall()
-        conn.execute(_migration(21))
-        after = conn.execute(show).fetchall()
+        before, after = _across(conn, 21, show)
         finished = conn.execute("SELECT step_id, attempt FROM finished_attempts").fetchall()
         on_step = conn.execute(
             "SELECT open_attempt, open_started_at, open_worker FROM workflow_steps"
@@ -352,9 +357,7 @@ def test_0024_rebuilds_orders_with_the_changing_columns_last_and_keeps_every_row
         " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
     )
     with psycopg.connect(fresh_database_url, autocommit=True, row_factory=dict_row) as conn:
-        before = conn.execute(show).fetchall()
-        conn.execute(_migration(24))
-        after = conn.execute(show).fetchall()
+        before, after = _across(conn, 24, show)
         columns = [row["attname"] for row in conn.execute(positions).fetchall()]
         options = conn.execute(
             "SELECT reloptions FROM pg_class WHERE relname = 'orders'"
@@ -410,9 +413,7 @@ def test_0025_puts_each_steps_latest_attempt_on_its_row_and_shows_every_attempt_
         " latest_error FROM workflow_steps ORDER BY seq"
     )
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-        before = conn.execute(show).fetchall()
-        conn.execute(_migration(25))
-        after = conn.execute(show).fetchall()
+        before, after = _across(conn, 25, show)
         earlier = conn.execute(
             "SELECT step_id, attempt FROM finished_attempts ORDER BY step_id, attempt"
         ).fetchall()
@@ -439,8 +440,6 @@ def test_0026_leaves_half_of_each_new_step_and_order_page_free(fresh_database_ur
         " WHERE relname IN ('orders', 'workflow_steps') ORDER BY relname"
     )
     with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-        before = conn.execute(options).fetchall()
-        conn.execute(_migration(26))
-        after = conn.execute(options).fetchall()
+        before, after = _across(conn, 26, options)
     assert before == [("orders", ["fillfactor=80"]), ("workflow_steps", ["fillfactor=80"])]
     assert after == [("orders", ["fillfactor=50"]), ("workflow_steps", ["fillfactor=50"])]
