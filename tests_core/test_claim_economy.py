@@ -37,10 +37,10 @@ class CountingStore(InMemoryOrderStore):
         self.held = 0
 
     async def update_many(self, updates: Any) -> Any:
-        self.batches.append([order_id for order_id, _ in updates])
+        ids = [order_id for order_id, _ in updates]
+        self.batches.append(ids)
         results = await super().update_many(updates)
         gate = self.hold_shipping
-        ids = [order_id for order_id, _ in updates]
         if gate is not None and not gate.is_set() and await self.shipped(ids, any_of=True):
             self.held += 1
             await gate.wait()
@@ -232,11 +232,10 @@ def test_the_slot_of_a_result_that_chains_nothing_is_claimed_while_its_commit_ru
         await _until(lambda: _true(node.store.held), "the last commit of the first order held")
         await _until(lambda: _true(len(node.store.claims) == 2), "a claim while it is held")
         held, claims_while_held = node.store.held, list(node.store.claims)
-        second_shipped_while_held = await node.store.shipped(order_ids, any_of=False)
+        both_shipped_while_held = await node.store.shipped(order_ids)
         gate.set()
-        return held, claims_while_held, second_shipped_while_held, await node.claims_once_done(
-            order_ids, running
-        )
+        claims = await node.claims_once_done(order_ids, running)
+        return held, claims_while_held, both_shipped_while_held, claims
 
     held, claims_while_held, both_shipped_while_held, claims = asyncio.run(scenario())
     assert held == 1
