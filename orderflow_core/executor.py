@@ -180,8 +180,8 @@ class Executor:
                     self._backlog = len(claims) >= wanted
             except StoreUnavailable as exc:
                 log.warning("claim failed: %s", exc)
-            for claim, plan in await self._start(claims):
-                task = asyncio.create_task(self._guarded(claim, plan))
+            for claim in claims:
+                task = asyncio.create_task(self._start_and_run(claim))
                 self._in_flight.add(task)
                 task.add_done_callback(self._forget)
             with contextlib.suppress(TimeoutError):
@@ -210,6 +210,13 @@ class Executor:
         except TimeoutError:
             self.commits.cancel()
         return abandoned
+
+    async def _start_and_run(self, claim: Claim) -> None:
+        """A step `run` claimed: its intent (the writer groups it with the other starts and
+        results queued beside it), then the step to its end. One task from the claim on, so
+        `stop` counts the step in flight while its intent is being committed."""
+        for started, plan in await self._start([claim]):
+            await self._guarded(started, plan)
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:

@@ -278,3 +278,35 @@ def test_a_claim_batch_starts_through_the_executors_writer_in_one_group_commit()
 
 async def _true(value: object) -> bool:
     return bool(value)
+
+
+class HeldStartsStore(CountingStore):
+    """Group commits return only once `release` is set (the starts' among them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def update_many(self, updates: Any) -> Any:
+        results = await super().update_many(updates)
+        await self.release.wait()
+        return results
+
+
+def test_stop_counts_claimed_steps_whose_intents_are_still_being_committed() -> None:
+    async def scenario() -> tuple[int, int]:
+        store = HeldStartsStore()
+        node = Node(max_concurrent=4, store=store)
+        for _ in range(3):
+            await node.create()
+        running = asyncio.create_task(node.executor.run())
+        await _until(lambda: _true(store.batches), "the claimed steps' starts being committed")
+        in_flight = node.executor.timing.max_concurrent - node.executor.free_slots
+        abandoned = await node.executor.stop(grace_s=0.01)
+        store.release.set()
+        await running
+        return in_flight, abandoned
+
+    in_flight, abandoned = asyncio.run(scenario())
+    assert in_flight == 3, "a claimed step holds its slot while its intent is committed"
+    assert abandoned == 3, "stop reports them as left to lease expiry, not as finished"
