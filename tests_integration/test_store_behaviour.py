@@ -250,6 +250,27 @@ def test_claim_takes_due_and_lease_expired_steps_and_leaves_the_rest(
     )
 
 
+def test_claim_takes_the_longest_due_steps_first(store: OrderStore, run: Run[Any]) -> None:
+    orders = [new_order() for _ in range(3)]
+    for order, due in zip(orders, (at(3), at(1), at(2)), strict=True):
+        run(store.create(creation(order, key=None, due=due)))
+    claims = run(store.claim_due(owner="A", now=at(5), limit=2, lease_s=30))
+    assert [c.order_id for c in claims] == [orders[1].order_id, orders[2].order_id]
+
+
+def test_an_order_with_only_finished_steps_is_claimed_again_once_a_new_step_is_due(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    done = new_order()
+    finished = new_step(done, status=StepStatus.SUCCEEDED, due=None)
+    run(store.create(Change(order=done, steps=(finished,))))
+    assert run(store.claim_due(owner="A", now=at(1), limit=10, lease_s=30)) == []
+    release = new_step(done, kind=StepKind.RELEASE_RESERVATION, seq=2, due=at(2))
+    run(store.update(done.order_id, lambda _: (Change(steps=(release,)), None)))
+    claims = run(store.claim_due(owner="A", now=at(3), limit=10, lease_s=30))
+    assert [(c.step_id, c.attempt) for c in claims] == [(release.step_id, 1)]
+
+
 def test_claim_hands_out_at_most_limit_steps(store: OrderStore, run: Run[Any]) -> None:
     for _ in range(5):
         run(store.create(creation(new_order(), key=None)))
@@ -297,6 +318,22 @@ def test_events_come_oldest_first_after_a_sequence_number(store: OrderStore, run
     assert seqs == sorted(seqs)
     assert len(seqs) == 4
     assert [e.seq for e in feed(store, run, after=seqs[1], limit=1)] == [seqs[2]]
+
+
+def test_the_relay_publishes_in_chunks_each_event_once_in_outbox_order(
+    store: OrderStore, run: Run[Any]
+) -> None:
+    orders = [new_order() for _ in range(5)]
+    for order in orders:
+        run(store.create(creation(order, key=None)))
+    published: list[OutboxEvent] = []
+    while chunk := run(store.unpublished_events(2)):
+        assert len(chunk) <= 2
+        run(store.mark_published([e.seq for e in chunk], datetime(2026, 1, 1, tzinfo=UTC)))
+        published += chunk
+    assert [e.order_id for e in published] == [o.order_id for o in orders]
+    in_feed = run(store.events(after=0, limit=10))
+    assert [e.event_id for e in in_feed] == [e.event_id for e in published]
 
 
 def feed(store: Any, run: Any, *, after: int, limit: int) -> list[OutboxEvent]:

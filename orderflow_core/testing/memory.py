@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -52,6 +53,15 @@ class InMemoryOrderStore:
         self.processed_events: set[UUID] = set()
         self.committed: list[Change] = []
         self.feed: list[OutboxEvent] = []  # published events, numbered in publication order
+        # Indexes over the lists above, so a write, a claim and the relay cost what they touch,
+        # not every order and event kept so far: the outbox's event ids, its events not yet
+        # published (by outbox seq, in outbox order), the orders with a step due or running,
+        # and each order's place in creation order (claims break ties by it, as a scan of
+        # `aggregates` in insertion order would).
+        self._event_ids: set[UUID] = set()
+        self._unpublished: dict[int, OutboxEvent] = {}
+        self._live: set[UUID] = set()
+        self._created: dict[UUID, int] = {}
         # A test may set this to raise inside a write, between two of its parts.
         self.fail_after_order_write: Exception | None = None
 
@@ -106,13 +116,15 @@ class InMemoryOrderStore:
         order_id = aggregate.order.order_id
         if change.order is not None and self.fail_after_order_write is not None:
             raise self.fail_after_order_write
-        self.aggregates[order_id] = aggregate.with_change(change)
+        self._put_aggregate(aggregate.with_change(change))
         self.history_log.setdefault(order_id, []).extend(change.history)
         self.audit_log.extend(change.audit)
-        known = {e.event_id for e in self.outbox}
         for event in change.events:
-            if event.event_id not in known:
-                self.outbox.append(attrs.evolve(event, seq=len(self.outbox) + 1))
+            if event.event_id not in self._event_ids:
+                stored = attrs.evolve(event, seq=len(self.outbox) + 1)
+                self.outbox.append(stored)
+                self._event_ids.add(event.event_id)
+                self._unpublished[len(self.outbox)] = stored
         if change.idempotency is not None:
             idem = change.idempotency
             self.idempotency[(idem.user_id, idem.scope, idem.key)] = idem
@@ -198,8 +210,13 @@ class InMemoryOrderStore:
     ) -> list[Claim]:
         async with self._lock:
             due = sorted(
-                (s for a in self.aggregates.values() for s in a.steps if _is_claimable(s, now)),
-                key=lambda s: (s.next_attempt_at or now, s.seq),
+                (
+                    s
+                    for order_id in self._live
+                    for s in self.aggregates[order_id].steps
+                    if _is_claimable(s, now)
+                ),
+                key=lambda s: (s.next_attempt_at or now, s.seq, self._created[s.order_id]),
             )[:limit]
             claims = []
             for step in due:
@@ -219,7 +236,16 @@ class InMemoryOrderStore:
 
     def _put_step(self, step: Step) -> None:
         aggregate = self.aggregates[step.order_id]
-        self.aggregates[step.order_id] = aggregate.with_change(Change(steps=(step,)))
+        self._put_aggregate(aggregate.with_change(Change(steps=(step,))))
+
+    def _put_aggregate(self, aggregate: OrderAggregate) -> None:
+        order_id = aggregate.order.order_id
+        self._created.setdefault(order_id, len(self._created))
+        self.aggregates[order_id] = aggregate
+        if any(s.status in DUE_STATUSES or s.status is StepStatus.RUNNING for s in aggregate.steps):
+            self._live.add(order_id)
+        else:
+            self._live.discard(order_id)
 
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         async with self._lock:
@@ -241,15 +267,14 @@ class InMemoryOrderStore:
         return [e for e in self.feed if e.seq > after][:limit]
 
     async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
-        published = {e.event_id for e in self.feed}
-        return [e for e in self.outbox if e.event_id not in published][:limit]
+        return list(itertools.islice(self._unpublished.values(), limit))
 
     async def mark_published(self, seqs: list[int], now: datetime) -> None:
         del now
         async with self._lock:
-            published = {e.event_id for e in self.feed}
-            for event in self.outbox:
-                if event.seq in seqs and event.event_id not in published:
+            for seq in sorted(set(seqs)):  # in outbox order, each once
+                event = self._unpublished.pop(seq, None)
+                if event is not None:
                     self.feed.append(attrs.evolve(event, seq=len(self.feed) + 1))
 
 
