@@ -83,7 +83,6 @@ class Draft:
         """Change the order's state through the transition table, with history, event, audit."""
         current = self.order.state
         transitions.check(current, to, self.order.process_version)
-        self.set_order(state=to, state_reason=reason)
         entry = HistoryEntry(
             self.order.order_id,
             self.order.event_seq + 1,
@@ -94,11 +93,15 @@ class Draft:
             reason,
         )
         self.history.append(entry)
-        self.emit(state_event(to), entry.event_payload())
+        # The state and the event's number change in one copy of the order.
+        self._emit(state_event(to), entry.event_payload(), state=to, state_reason=reason)
 
     def emit(self, event_type: str, payload: dict[str, Any]) -> None:
+        self._emit(event_type, payload)
+
+    def _emit(self, event_type: str, payload: dict[str, Any], **order_fields: Any) -> None:
         seq = self.order.event_seq + 1
-        self.set_order(event_seq=seq)
+        self.set_order(event_seq=seq, **order_fields)
         order_id = self.order.order_id
         event_id = ids.event_id(order_id, seq)
         # Every event names who caused it, as audit entries and history do: `<role>:<user>`
