@@ -140,16 +140,17 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['wall_time_s']} s.", "",
         f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
         "| mocks ms | workers × conc. | orders/s | steps/s (per worker) | xacts/order | "
-        "WAL KB/order (full-page images) | rows written/order | "
+        "statements/order | WAL KB/order (full-page images) | rows written/order | "
         "POST p50 / p95 / p99 ms | created→shipped p50 / p95 / p99 ms | peak RSS MiB api / "
         "worker / mocks | ceiling ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["runs"]:
         lines.append(  # noqa: PERF401  (one table row per run reads better as a loop)
             f"| {r['mocks_latency_ms']} | {r['workers']} × {r['concurrency_per_worker']} | "
             f"**{r['orders_per_s']}** | {r['steps_per_s']} ({r['steps_per_s_per_worker']}) | "
-            f"{r['xacts_per_order']} | {_kb(r.get('wal_bytes_per_order'))} "
+            f"{r['xacts_per_order']} | {r.get('statements_per_order') or '–'} | "
+            f"{_kb(r.get('wal_bytes_per_order'))} "
             f"({_kb(r.get('wal_fpi_bytes_per_order'))}) | "
             f"{r.get('rows_written_per_order', '–')} | "
             f"{_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from bench import cpu, launch, load, pgadmin, profiling, soak, walstats
+from bench import cpu, launch, load, pgadmin, profiling, soak, statements, walstats
 from bench.stats import latency_ms
 
 SETTLE_S = 2.0
@@ -56,10 +56,16 @@ class Nodes:
     workers: list[launch.Node]
     mocks_port: int
     api_port: int
+    worker_metrics_ports: list[int] = attrs.Factory(list)
 
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """The API's and each worker's `/metrics` base URL (a worker serves its own)."""
+        return [self.api_url, *(f"http://127.0.0.1:{p}" for p in self.worker_metrics_ports)]
 
     def all(self) -> list[launch.Node]:
         return [self.mocks, self.api, *self.workers]
@@ -99,7 +105,11 @@ def _started(setup: Setup, name: str, db_url: str, latency: int, workers: int) -
         api = start("api", "api", {"ORDERFLOW_HTTP_PORT": str(api_port)})
         nodes = Nodes(mocks, api, [], mocks_port, api_port)
         for i in range(workers):
-            nodes.workers.append(start("worker", f"worker{i}", {"ORDERFLOW_WORKER_ID": f"w{i}"}))
+            port = launch.free_port()
+            nodes.worker_metrics_ports.append(port)
+            nodes.workers.append(start("worker", f"worker{i}", {
+                "ORDERFLOW_WORKER_ID": f"w{i}", "ORDERFLOW_METRICS_PORT": str(port),
+            }))
         yield nodes
     finally:
         for node in reversed(started):
@@ -161,11 +171,15 @@ async def run(
             with _started(setup, name, db_url, latency, workers) as nodes:
                 await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
                 await launch.wait_for_port(nodes.api, nodes.api_port)
-                await asyncio.sleep(SETTLE_S)  # workers have no port: give them time to import
+                if setup.launcher == "cli":  # the stand-in node serves no /metrics
+                    for worker, port in zip(nodes.workers, nodes.worker_metrics_ports, strict=True):
+                        await launch.wait_for_port(worker, port)  # its /metrics: it is up
+                await asyncio.sleep(SETTLE_S)  # let start-up (imports, pools) settle
                 # The CPU (and WAL) window starts here, once start-up (imports, pools) is over.
                 window.open()
                 wal_start = walstats.snapshot(setup.server_url, dbname)
                 cpu_start = cpu.read(nodes.by_role(name), pg)
+                sent_start = await statements.read(nodes.metrics_urls)
                 spy = profiling.start(nodes.workers[0].pid, profile_to) if profile_to else None
                 samples: list[soak.Sample] | None = None
                 if rss_every_s:
@@ -176,6 +190,7 @@ async def run(
                 profile = profiling.finish(spy) if spy else None
                 rss = {role: n.peak_rss_mib() for role, n in nodes.by_role(name).items()}
                 cpu_end = cpu.read(nodes.by_role(name), pg)
+                sent_end = await statements.read(nodes.metrics_urls)
                 for node in nodes.all():
                     node.check_alive()
             pgadmin.wait_no_sessions(setup.server_url, dbname)
@@ -192,6 +207,7 @@ async def run(
     if figures["orders_accepted"]:
         accepted = figures["orders_accepted"]
         figures.update(walstats.per_order(wal_start, wal_end, accepted, wal_read))
+        figures.update(statements.per_order(sent_start, sent_end, accepted))
         if wal_read is not None:
             figures["wal_records_per_order"] = walstats.breakdown(wal_read, names, accepted)
     if samples is not None:

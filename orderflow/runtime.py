@@ -42,6 +42,7 @@ from orderflow_mocks import running_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import PgOrderStore, start_embedded, stop_embedded
 from orderflow_pg.probes import PgProbe
+from orderflow_pg.queries import statements_sent
 
 log = logging.getLogger("orderflow")
 RELAY_BATCH = 500  # events per relay read
@@ -115,6 +116,7 @@ def make_telemetry(
         tracing=settings.tracing,
         probe=probe if database_gauges else None,
         pool_stats=probe.pool_stats,
+        statements=statements_sent,
     )
 
 

@@ -199,7 +199,7 @@ class _Observed:
 
 
 class _Gauges(Collector):
-    """Gauges read when scraped: bulkheads, the pool, and the last probe reading."""
+    """Read when scraped: bulkheads, the pool, the statements sent, the last probe reading."""
 
     def __init__(self, owner: Telemetry) -> None:
         self._owner = owner
@@ -230,6 +230,15 @@ class _Gauges(Collector):
                 "The pool's largest size",
                 value=stats.get("pool_max", 0),
             )
+        if o.statements is not None:
+            sent = CounterMetricFamily(
+                "orderflow_db_statements",
+                "Statements sent to PostgreSQL, by name (BEGIN and COMMIT not counted)",
+                labels=["statement"],
+            )
+            for name, count in sorted(o.statements().items()):
+                sent.add_metric([name], count)
+            yield sent
         reading = o.last_reading
         if reading is not None:
             yield GaugeMetricFamily(
@@ -269,9 +278,11 @@ class Telemetry:
         probe: Probe | None = None,
         probe_ttl_s: float = 5.0,
         pool_stats: Callable[[], Mapping[str, int]] | None = None,
+        statements: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.bulkheads: dict[str, Bulkhead] = {}
         self.pool_stats = pool_stats
+        self.statements = statements
         self.probe = probe
         self.probe_ttl_s = probe_ttl_s
         self.last_reading: ProbeReading | None = None

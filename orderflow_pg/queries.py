@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
+from collections import Counter
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -38,9 +39,23 @@ def queries() -> dict[str, str]:
     return parse_queries(text)
 
 
+# The statements this process's stores sent, by name (`query` is looked up once per statement
+# sent): what `/metrics` reports as `orderflow_db_statements_total`. BEGIN and COMMIT, which
+# psycopg sends around a transaction, are not among them.
+SENT: Counter[str] = Counter()
+
+
 def query(name: str) -> str:
-    """One named query; a KeyError here is a typo in the code, not a runtime condition."""
-    return queries()[name]
+    """One named query, counted as sent; a KeyError here is a typo in the code, not a runtime
+    condition."""
+    text = queries()[name]
+    SENT[name] += 1
+    return text
+
+
+def statements_sent() -> dict[str, int]:
+    """How many statements of each name this process has sent so far."""
+    return dict(SENT)
 
 
 async def fetch_all(conn: Connection, name: str, params: Params | None = None) -> list[Row]:
@@ -62,4 +77,3 @@ async def execute(conn: Connection, name: str, params: Params | None = None) -> 
     async with conn.cursor() as cur:
         await cur.execute(query(name), params)
         return cur.rowcount
-

@@ -24,6 +24,7 @@ from orderflow_core.ports import CallContext
 from orderflow_http import Bulkhead, HttpWarehouse
 from orderflow_http.telemetry import Telemetry
 from orderflow_mocks import running_mocks
+from orderflow_pg.queries import queries
 
 pytestmark = pytest.mark.postgres
 AUTH = {"Authorization": f"Bearer {CUSTOMER_TOKEN}"}
@@ -249,6 +250,15 @@ def test_a_worker_serves_its_own_metrics_on_the_metrics_port(
     assert value(worker_samples, "orderflow_pool_connections_max") == 30
     assert "orderflow_outbox_oldest_unpublished_age_seconds" in scrape(api_url)
     api_samples = scrape(api_url)
+    # Statements by name, each a named query of the store: the worker claims and writes
+    # results; the API writes the creates and claims nothing.
+    worker_sent = by(worker_samples, "orderflow_db_statements_total", "statement")
+    api_sent = by(api_samples, "orderflow_db_statements_total", "statement")
+    assert worker_sent[("claim_due",)] >= 1
+    assert worker_sent[("apply_changes",)] >= 1
+    assert api_sent[("apply_changes",)] >= 1
+    assert api_sent[("claim_due",)] == 0
+    assert {name for (name,) in worker_sent | api_sent} <= set(queries())
     assert "orderflow_step_attempts_total" not in api_samples  # the API runs no steps
     assert (
         by(api_samples, "orderflow_api_requests_total", "route", "method", "status")[
