@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
+from sockets import serving
 
 from orderflow_core.model import Item
 from orderflow_core.outcomes import (
@@ -59,15 +60,8 @@ async def canned_server(
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, seen
 
 
 TABLE = [

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from sockets import serving
 
 from orderflow_core import OutboxEvent, Succeeded, Transient
 from orderflow_http.webhook import WebhookSink
@@ -35,14 +36,8 @@ async def receiver(status: int) -> AsyncIterator[tuple[str, list[dict[str, Any]]
 
     app = web.Application()
     app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield f"{url}/hook", received
 
 
 def test_an_event_is_posted_with_its_id_and_a_2xx_counts_as_delivered() -> None:
