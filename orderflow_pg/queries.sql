@@ -133,6 +133,10 @@ WITH docs AS (
         latest_outcome = r.latest_outcome, latest_error = r.latest_error
     FROM docs, jsonb_populate_record(NULL::workflow_steps, docs.d -> 'guarded_step') AS r
     WHERE docs.d ? 'guarded_step'
+      -- Pairs each document with its own step before its record is built: matched on the
+      -- record's fields alone, every step was paired with every document and the record built
+      -- for each pair (n² calls of jsonb_populate_record for a batch of n).
+      AND s.step_id = (docs.d -> 'guarded_step' ->> 'step_id')::uuid
       AND s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
       AND s.order_id = ANY (ARRAY(
           SELECT (g.d -> 'guarded_step' ->> 'order_id')::uuid FROM docs AS g

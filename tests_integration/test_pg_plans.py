@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from orderflow_pg.queries import query
 
@@ -109,3 +110,74 @@ def test_a_group_commit_and_its_locking_read_use_indexes(pg_url: str) -> None:
         assert {table for _, table in scans} & HOT_TABLES  # the plan does read them
         whole = [(kind, table) for kind, table in scans if kind == "Seq Scan"]
         assert not [hit for hit in whole if hit[1] in HOT_TABLES], scans
+
+
+RUNNING = [
+    """INSERT INTO orders (order_id, customer_id, items, total_minor, currency, process_version,
+                           state, created_at, updated_at)
+       SELECT o, 'c', '[]', 100, 'RUB', 1, 'shipping', now(), now()
+       FROM unnest(%(orders)s::uuid[]) AS o""",
+    """INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, idempotency_key,
+                                   created_at, attempt, max_attempts, lease_owner,
+                                   lease_expires_at)
+       SELECT s, o, 'ship', 1, 'running', s::text, now(), 1, 5, 'w',
+              now() + interval '30 seconds'
+       FROM unnest(%(steps)s::uuid[], %(orders)s::uuid[]) AS t(s, o)""",
+    "ANALYZE workflow_steps",
+]
+
+
+def _guarded_function_calls(plan: dict[str, Any]) -> int:
+    """How many times the `guarded` part of the write built a step record from a document."""
+    if plan.get("Subplan Name") == "CTE guarded":
+        return _function_loops(plan)
+    return sum(_guarded_function_calls(child) for child in plan.get("Plans", []))
+
+
+def _function_loops(plan: dict[str, Any]) -> int:
+    own = plan["Actual Loops"] if plan["Node Type"] == "Function Scan" else 0
+    return own + sum(_function_loops(child) for child in plan.get("Plans", []))
+
+
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+def test_a_group_commit_builds_each_guarded_step_record_once(pg_url: str, mode: str) -> None:
+    """Matched on the built record's fields alone, each running step of the batch was paired
+    with every document and a record built per pair: n² calls for a batch of n, the largest
+    cost of a commit of a dozen results. Under a custom plan and the generic one a prepared
+    statement settles on, the batch of 12 builds 12."""
+    batch = 12
+    orders = [str(uuid.uuid4()) for _ in range(batch)]
+    steps = [str(uuid.uuid4()) for _ in range(batch)]
+    docs = json.dumps([
+        {
+            "guarded_step": {**_step(step, order), "status": "succeeded"},
+            "guard_attempt": 1, "guard_owner": "w", "new_steps": [], "steps": [],
+            "new_attempts": [], "attempts": [], "history": [], "events": [], "audit": [],
+        }
+        for step, order in zip(steps, orders, strict=True)
+    ])
+    with psycopg.connect(pg_url) as conn:  # one transaction, rolled back at the end
+        for statement in FILL:
+            conn.execute(
+                statement,
+                {"orders": ORDERS, "steps": STEPS_PER_ORDER, "events": EVENTS_PER_ORDER},
+            )
+        for statement in RUNNING:
+            conn.execute(statement, {"orders": orders, "steps": steps})
+        conn.execute("SELECT set_config('plan_cache_mode', %s::text, true)", [mode])
+        # PREPARE through the simple protocol: its `$1` is the prepared statement's own.
+        prepare = "PREPARE apply_changes(jsonb) AS " + query("apply_changes")
+        prepared = conn.pgconn.exec_(prepare.replace("%(docs)s", "$1").encode())
+        assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+        # EXECUTE's arguments cannot be bound parameters: the documents go as a literal that
+        # psycopg quotes.
+        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE apply_changes({})")
+        row = conn.execute(explain.format(sql.Literal(docs))).fetchone()
+        assert row is not None
+        applied = conn.execute(
+            "SELECT count(*) FROM workflow_steps WHERE step_id = ANY(%s::uuid[])"
+            " AND status = 'succeeded'", [steps]
+        ).fetchone()
+        conn.rollback()
+    assert applied == (batch,)  # every result was written: the plan did the work
+    assert _guarded_function_calls(row[0][0]["Plan"]) == batch
