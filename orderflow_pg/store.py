@@ -235,12 +235,14 @@ class PgOrderStore:
     ) -> list[int]:
         """Commit `indices` of `updates` into `results`; the indices whose kept copy was stale."""
         rounds: list[list[int]] = []  # rounds in which each order appears once
+        seen: dict[UUID, int] = {}  # per order, how many rounds hold it so far
         for index in indices:
             order_id = updates[index][0]
-            target = next((r for r in rounds if all(updates[i][0] != order_id for i in r)), None)
-            if target is None:
-                rounds.append(target := [])
-            target.append(index)
+            position = seen.get(order_id, 0)  # the first round without it
+            seen[order_id] = position + 1
+            if position == len(rounds):
+                rounds.append([])
+            rounds[position].append(index)
         use_kept = kept and len(rounds) == 1
         copies = {
             i: self._kept[updates[i][0]]
