@@ -242,7 +242,7 @@ class InMemoryOrderStore:
         order_id = aggregate.order.order_id
         self._created.setdefault(order_id, len(self._created))
         self.aggregates[order_id] = aggregate
-        if any(s.status in DUE_STATUSES or s.status is StepStatus.RUNNING for s in aggregate.steps):
+        if any(s.is_due_or_running for s in aggregate.steps):
             self._live.add(order_id)
         else:
             self._live.discard(order_id)
