@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -80,14 +81,23 @@ def _result_documents(count: int) -> str:
     return json.dumps(docs)
 
 
-def _scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    """(node type, relation) of every node of an EXPLAIN (FORMAT JSON) plan that reads one."""
-    found = []
-    if "Relation Name" in plan:
-        found.append((plan["Node Type"], plan["Relation Name"]))
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, this one first."""
+    yield plan
     for child in plan.get("Plans", []):
-        found.extend(_scans(child))
-    return found
+        yield from _nodes(child)
+
+
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """(node type, relation) of every node of a plan that reads one."""
+    return [(n["Node Type"], n["Relation Name"]) for n in _nodes(plan) if "Relation Name" in n]
+
+
+def _fill(conn: psycopg.Connection[Any]) -> None:
+    for statement in FILL:
+        conn.execute(
+            statement, {"orders": ORDERS, "steps": STEPS_PER_ORDER, "events": EVENTS_PER_ORDER}
+        )
 
 
 def _explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Any]:
@@ -98,11 +108,7 @@ def _explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -
 
 def test_a_group_commit_and_its_locking_read_use_indexes(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        for statement in FILL:
-            conn.execute(
-                statement,
-                {"orders": ORDERS, "steps": STEPS_PER_ORDER, "events": EVENTS_PER_ORDER},
-            )
+        _fill(conn)
         writes = _explain(conn, "apply_changes", {"docs": _result_documents(8)})
         ids = [uuid.uuid4() for _ in range(8)]
         reads = _explain(conn, "lock_aggregates", {"order_ids": ids})
@@ -129,14 +135,8 @@ RUNNING = [
 
 def _guarded_function_calls(plan: dict[str, Any]) -> int:
     """How many times the `guarded` part of the write built a step record from a document."""
-    if plan.get("Subplan Name") == "CTE guarded":
-        return _function_loops(plan)
-    return sum(_guarded_function_calls(child) for child in plan.get("Plans", []))
-
-
-def _function_loops(plan: dict[str, Any]) -> int:
-    own = plan["Actual Loops"] if plan["Node Type"] == "Function Scan" else 0
-    return own + sum(_function_loops(child) for child in plan.get("Plans", []))
+    guarded = next(n for n in _nodes(plan) if n.get("Subplan Name") == "CTE guarded")
+    return sum(n["Actual Loops"] for n in _nodes(guarded) if n["Node Type"] == "Function Scan")
 
 
 @pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
@@ -157,11 +157,7 @@ def test_a_group_commit_builds_each_guarded_step_record_once(pg_url: str, mode: 
         for step, order in zip(steps, orders, strict=True)
     ])
     with psycopg.connect(pg_url) as conn:  # one transaction, rolled back at the end
-        for statement in FILL:
-            conn.execute(
-                statement,
-                {"orders": ORDERS, "steps": STEPS_PER_ORDER, "events": EVENTS_PER_ORDER},
-            )
+        _fill(conn)
         for statement in RUNNING:
             conn.execute(statement, {"orders": orders, "steps": steps})
         conn.execute("SELECT set_config('plan_cache_mode', %s::text, true)", [mode])

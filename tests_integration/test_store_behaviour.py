@@ -27,7 +27,7 @@ from conftest import Run
 from orderflow_core import saga
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
-from orderflow_core.model import Change, Claim, OrderAggregate, OutboxEvent, Refund
+from orderflow_core.model import Change, Claim, Order, OrderAggregate, OutboxEvent, Refund
 from orderflow_core.ports import OrderReads, OrderStore, UnitOfWork
 from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
@@ -272,8 +272,7 @@ def test_an_order_with_only_finished_steps_is_claimed_again_once_a_new_step_is_d
 
 
 def test_claim_hands_out_at_most_limit_steps(store: OrderStore, run: Run[Any]) -> None:
-    for _ in range(5):
-        run(store.create(creation(new_order(), key=None)))
+    created(store, run, 5)
     assert len(run(store.claim_due(owner="A", now=T0, limit=3, lease_s=30))) == 3
     assert len(run(store.claim_due(owner="B", now=T0, limit=3, lease_s=30))) == 2
 
@@ -312,8 +311,7 @@ def test_orders_are_listed_newest_first_in_keyset_pages_with_filters(
 
 
 def test_events_come_oldest_first_after_a_sequence_number(store: OrderStore, run: Run[Any]) -> None:
-    for _ in range(4):
-        run(store.create(creation(new_order(), key=None)))
+    created(store, run, 4)
     seqs = [e.seq for e in feed(store, run, after=0, limit=10)]
     assert seqs == sorted(seqs)
     assert len(seqs) == 4
@@ -323,9 +321,7 @@ def test_events_come_oldest_first_after_a_sequence_number(store: OrderStore, run
 def test_the_relay_publishes_in_chunks_each_event_once_in_outbox_order(
     store: OrderStore, run: Run[Any]
 ) -> None:
-    orders = [new_order() for _ in range(5)]
-    for order in orders:
-        run(store.create(creation(order, key=None)))
+    orders = created(store, run, 5)
     published: list[OutboxEvent] = []
     while chunk := run(store.unpublished_events(2)):
         assert len(chunk) <= 2
@@ -334,6 +330,14 @@ def test_the_relay_publishes_in_chunks_each_event_once_in_outbox_order(
     assert [e.order_id for e in published] == [o.order_id for o in orders]
     in_feed = run(store.events(after=0, limit=10))
     assert [e.event_id for e in in_feed] == [e.event_id for e in published]
+
+
+def created(store: Any, run: Any, count: int) -> list[Order]:
+    """`count` new orders, each created as `POST /orders` would (no idempotency key), in turn."""
+    orders = [new_order() for _ in range(count)]
+    for order in orders:
+        run(store.create(creation(order, key=None)))
+    return orders
 
 
 def feed(store: Any, run: Any, *, after: int, limit: int) -> list[OutboxEvent]:
@@ -358,9 +362,7 @@ def _with(
 def test_a_claim_batch_records_every_intent_and_keeps_a_failing_decision_to_its_claim(
     store: OrderStore, run: Run[Any]
 ) -> None:
-    orders = [new_order() for _ in range(3)]
-    for order in orders:
-        run(store.create(creation(order, key=None)))
+    created(store, run, 3)
     claims = run(store.claim_due(owner="A", now=T0, limit=3, lease_s=30))
     broken = claims[1]
 
