@@ -32,7 +32,7 @@ from orderflow_core.model import (
     OutboxEvent,
 )
 from orderflow_core.ports import OrderCount
-from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
+from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
@@ -56,7 +56,6 @@ log = logging.getLogger("orderflow.store")
 # orders with a step still to run (due or running) are kept: a finished order's next change, if
 # any (an operator's refund), reads it afresh, and a store kept no copy it would not use again.
 KEPT_ORDERS = 10_000
-LIVE_STEP_STATUSES = DUE_STATUSES | {StepStatus.RUNNING}
 # The most creates one statement carries (what queued beyond waits for the next).
 MAX_CREATES_PER_COMMIT = 64
 
@@ -264,7 +263,7 @@ class PgOrderStore:
 
     def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
         self._kept.pop(order_id, None)
-        if not any(step.status in LIVE_STEP_STATUSES for step in aggregate.steps):
+        if not any(step.is_due_or_running for step in aggregate.steps):
             return  # nothing left for a worker to come back to
         self._kept[order_id] = (version, aggregate)
         while len(self._kept) > KEPT_ORDERS:
