@@ -26,15 +26,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import attrs
-
 from orderflow_core import commands, ids, saga
 from orderflow_core.context import Context, Timing
 from orderflow_core.model import ApiIdempotency, Claim, Item, OrderAggregate, Principal
 from orderflow_core.outcomes import Outcome, Succeeded
 from orderflow_core.states import StepKind, StepStatus
+from orderflow_pg import reads, writes
 from orderflow_pg import store as pg_store
-from orderflow_pg import writes
 
 WORKER = "bench-worker"
 ITEMS = (Item("SKU-1", 1, 100),)
@@ -80,33 +78,30 @@ def _created(clock: _Ticking, n: int) -> list[OrderAggregate]:
 
 
 def _claimed(aggregate: OrderAggregate, now: datetime, timing: Timing) -> tuple[Claim, Any]:
-    """The claim of the order's due step and the copy the claim returns (`claimed_aggregates`
-    puts the claim in the same way)."""
+    """The claim of the order's due step and the copy the store keeps of it (the claim put in
+    by `claimed_aggregates`' own `with_claim`)."""
     step = next(s for s in aggregate.steps if s.status is StepStatus.PENDING)
     lease = now + timedelta(seconds=timing.lease_s)
     claim = Claim(step.step_id, step.order_id, step.kind, step.attempt + 1, WORKER, lease)
-    leased = attrs.evolve(
-        step,
-        status=StepStatus.RUNNING,
-        attempt=claim.attempt,
-        lease_owner=WORKER,
-        lease_expires_at=lease,
-    )
-    steps = tuple(leased if s.step_id == step.step_id else s for s in aggregate.steps)
-    return claim, attrs.evolve(aggregate, steps=steps)
+    copy = reads.with_claim(aggregate, claim)
+    if copy is None:
+        raise RuntimeError(f"order {aggregate.order.order_id} has no step {step.step_id}")
+    return claim, copy
 
 
 def _write(
     kept: tuple[int, OrderAggregate], change: Any, batch: list[dict[str, Any]]
 ) -> tuple[int, OrderAggregate]:
     """What the group commit does for one decided change on a kept copy: its document (with
-    what the copy expects), the copy after the write."""
+    what the copy expects), then, the change applied, the copy it keeps (as `_settle` does)."""
     version, before = kept
     planned = pg_store._document(0, before, version, change, from_copy=True)
-    if not isinstance(planned, tuple):
+    if not isinstance(planned, tuple) or planned[1] is None:
         raise RuntimeError(f"the replay's change was not written: {change}")
-    batch.append(planned[0])
-    return (version + 1 if "order" in planned[0] else version), before.with_change(change)
+    doc, sent = planned
+    batch.append(doc)
+    version = sent.version + 1 if sent.raises_version else sent.version
+    return version, sent.before.with_change(sent.change)
 
 
 def _worker(clock: _Ticking, timing: Timing) -> Context:

@@ -90,23 +90,32 @@ def claimed_aggregates(
         if claim.order_id not in aggregates:
             continue
         aggregate, version = aggregates[claim.order_id]
-        if aggregate.step(claim.step_id) is None:
+        claimed = with_claim(aggregate, claim)
+        if claimed is None:
             del aggregates[claim.order_id]
             continue
-        steps = tuple(
-            attrs.evolve(
-                step,
-                status=StepStatus.RUNNING,
-                attempt=claim.attempt,
-                lease_owner=claim.owner,
-                lease_expires_at=claim.lease_expires_at,
-            )
-            if step.step_id == claim.step_id
-            else step
-            for step in aggregate.steps
-        )
-        aggregates[claim.order_id] = (attrs.evolve(aggregate, steps=steps), version)
+        aggregates[claim.order_id] = (claimed, version)
     return aggregates
+
+
+def with_claim(aggregate: OrderAggregate, claim: Claim) -> OrderAggregate | None:
+    """`aggregate` with `claim` put in, as `claim_due` wrote it: its step running under the
+    new attempt, owner and lease (None: the order has no such step)."""
+    if aggregate.step(claim.step_id) is None:
+        return None
+    steps = tuple(
+        attrs.evolve(
+            step,
+            status=StepStatus.RUNNING,
+            attempt=claim.attempt,
+            lease_owner=claim.owner,
+            lease_expires_at=claim.lease_expires_at,
+        )
+        if step.step_id == claim.step_id
+        else step
+        for step in aggregate.steps
+    )
+    return attrs.evolve(aggregate, steps=steps)
 
 
 def _aggregate(order: rows.Row, steps: list[rows.Row], refunds: list[rows.Row]) -> OrderAggregate:
