@@ -77,11 +77,18 @@ async def create_orders(
 
 
 class Mocks:
-    """The simulated services in a subprocess on a free port, for as long as the block runs."""
+    """The simulated services in a subprocess on a free port, for as long as the block runs,
+    answering after `latency_ms`."""
+
+    def __init__(self, latency_ms: int = 0) -> None:
+        self._latency_ms = int(latency_ms)
 
     def __enter__(self) -> str:
         port = launch.free_port()
-        code = f"from orderflow_mocks import run_mocks; run_mocks(port={port})"
+        code = (
+            "from orderflow_mocks import run_mocks; "
+            f"run_mocks(port={port}, latency_ms={self._latency_ms})"
+        )
         self._process = subprocess.Popen(  # once, before anything is measured
             [sys.executable, "-c", code], stdout=subprocess.DEVNULL
         )

@@ -96,6 +96,7 @@ async def measure(
     database: str = DATABASE,
     telemetry: str = "off",
     filled: int = 0,
+    latency_ms: int = 0,
 ) -> dict[str, Any]:
     observer = _telemetry(telemetry)
     url = pgadmin.create_database(server_url, database)
@@ -105,7 +106,7 @@ async def measure(
     window = walstats.WalWindow(server_url)
     try:
         done_before = (await prefill.fill(url, filled, concurrency=concurrency)).orders
-        base = mocks.enter_context(prefill.Mocks())
+        base = mocks.enter_context(prefill.Mocks(latency_ms))
         async with PgOrderStore.open(url, min_size=2, max_size=concurrency + 10) as store:
             await prefill.create_orders(store, orders, observer)
             if observer is not None and hasattr(observer.tracer_provider, "force_flush"):
@@ -151,6 +152,7 @@ async def measure(
         mocks.close()
         pgadmin.drop_database(server_url, database)
     return {
+        "mocks_latency_ms": latency_ms,
         "orders_per_s": round(orders / elapsed, 1),
         "worker_cpu_ms_per_order": round(1000 * worker_s / orders, 2),
         "postgres_cpu_ms_per_order": (
@@ -180,6 +182,12 @@ def main() -> None:
         "a database in steady state instead of a fresh one)",
     )
     p.add_argument(
+        "--latency",
+        type=int,
+        default=0,
+        help="the simulated services' latency, ms (the end-to-end bench runs 0 and 20)",
+    )
+    p.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),
         default="uvloop",
@@ -200,6 +208,7 @@ def main() -> None:
         args.database,
         args.telemetry,
         args.prefill,
+        args.latency,
     )
     if importlib.util.find_spec("orderflow.eventloop") is None:
         result, loop = asyncio.run(coro), "asyncio"
