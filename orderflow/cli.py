@@ -106,6 +106,7 @@ def _mocks(settings: Settings) -> int:
             settings.mocks_latency_ms,
             settings.mocks_hold_s,
             state_path=settings.mocks_state,
+            loop_factory=eventloop.loop_factory(settings.event_loop),
         )
     except JournalError as exc:
         print(f"orderflow: ORDERFLOW_MOCKS_STATE: {exc}", file=sys.stderr)

@@ -112,8 +112,10 @@ def run_mocks(
     latency_ms: int = 0,
     hold_s: float = 5.0,
     state_path: Path | None = None,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> None:
-    """`orderflow mocks`: print the URL, serve until SIGINT/SIGTERM, return normally (exit 0)."""
+    """`orderflow mocks`: print the URL, serve until SIGINT/SIGTERM, return normally (exit 0).
+    `loop_factory`: the event loop to serve on (None: asyncio's own)."""
 
     def started(url: str) -> None:
         print(f"orderflow mocks listening on {url} (ledger: {url}/_control/ledger)", flush=True)
@@ -139,7 +141,8 @@ def run_mocks(
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())
 
 
 __all__ = ["RunningMocks", "run_mocks", "running_mocks", "serve_mocks"]
