@@ -3,8 +3,11 @@ real path, the tables analyzed, and the run's own counts leave the filled orders
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 
@@ -50,3 +53,32 @@ def test_filled_orders_are_shipped_analyzed_and_left_out_of_a_runs_counts(
 def test_nothing_to_fill_leaves_the_database_as_it_was(pg_url: str, run: Any) -> None:
     assert run(prefill.fill(pg_url, 0)) == prefill.Filled(0, None)
     assert _one(pg_url, "SELECT count(*) FROM orders") == 0
+
+
+def test_the_simulated_services_answer_after_the_latency_asked_for(run: Any) -> None:
+    """`Mocks(latency_ms)` (what `bench.worker_only --latency` runs against) holds each call
+    at least that long; a lower bound only, never a speed."""
+    async def first_call(base: str) -> float:
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as session:
+            while True:  # the subprocess is up once it answers its ledger
+                try:
+                    async with session.get(f"{base}/_control/ledger") as resp:
+                        await resp.read()
+                        break
+                except aiohttp.ClientConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.05)  # polling for the port, with a deadline
+            body = {"order_id": "o-1", "items": [{"sku": "SKU-1", "quantity": 1}]}
+            headers = {"Idempotency-Key": "o-1:reserve", "X-Order-Id": "o-1", "X-Step-Id": "s-1"}
+            began = time.monotonic()
+            async with session.post(
+                f"{base}/warehouse/v1/reservations", json=body, headers=headers
+            ) as resp:
+                await resp.read()
+                assert resp.status < 500
+            return time.monotonic() - began
+
+    with prefill.Mocks(400) as base:
+        assert run(first_call(base)) >= 0.4
