@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 from pathlib import Path
@@ -30,6 +31,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# The libraries a run's figures depend on most (the peers' own are in `peer_env.versions`).
+LIBRARIES = ("aiohttp", "psycopg", "uvloop", "orjson")
+
+
+def libraries() -> dict[str, str]:
+    """Installed versions of LIBRARIES in the environment orderflow runs from."""
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -42,6 +58,7 @@ def facts(server_url: str) -> dict[str, Any]:
         "ram_mib": _meminfo_mib("MemTotal"),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "libraries": libraries(),
         "load_average_at_start": load_average(),
         "postgresql": pgadmin.server_facts(server_url),
     }

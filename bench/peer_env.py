@@ -52,7 +52,7 @@ def versions() -> dict[str, str]:
     """Installed versions of the peers, as the report names them."""
     code = (
         "import importlib.metadata as m, json;"
-        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'psycopg');"
+        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'psycopg', 'aiohttp');"
         "print(json.dumps({p: m.version(p) for p in names}))"
     )
     done = subprocess.run([str(python()), "-c", code], capture_output=True, text=True,

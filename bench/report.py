@@ -126,6 +126,11 @@ def _wal_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _libraries(machine: dict[str, Any]) -> str:
+    found = machine.get("libraries")  # runs before it was recorded have none
+    return f"; orderflow's libraries {found}" if found else ""
+
+
 def markdown(results: dict[str, Any]) -> str:
     m, c = results["machine"], results["ceiling"]
     pg = m["postgresql"]
@@ -137,7 +142,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{_prefilled(results)}"
         f"load average {m['load_average_at_start']} → "
         f"{m.get('load_average_at_end')}; launcher `{results['launcher']}`; wall time "
-        f"{results['wall_time_s']} s.", "",
+        f"{results['wall_time_s']} s{_libraries(m)}.", "",
         f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
         "| mocks ms | workers × conc. | orders/s | steps/s (per worker) | xacts/order | "
         "statements/order | WAL KB/order (full-page images) | rows written/order | "
