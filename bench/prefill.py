@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import nullcontext
 from datetime import datetime
@@ -78,7 +80,9 @@ async def create_orders(
 
 class Mocks:
     """The simulated services in a subprocess on a free port, for as long as the block runs,
-    answering after `latency_ms`."""
+    answering after `latency_ms`; the block starts once they listen."""
+
+    READY_S = 30.0
 
     def __init__(self, latency_ms: int = 0) -> None:
         self._latency_ms = int(latency_ms)
@@ -92,7 +96,27 @@ class Mocks:
         self._process = subprocess.Popen(  # once, before anything is measured
             [sys.executable, "-c", code], stdout=subprocess.DEVNULL
         )
+        try:
+            self._wait_listening(port)
+        except BaseException:
+            self.__exit__()
+            raise
         return f"http://127.0.0.1:{port}"
+
+    def _wait_listening(self, port: int) -> None:
+        deadline = time.monotonic() + self.READY_S
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"the simulated services exited ({self._process.returncode})")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the simulated services did not listen within {self.READY_S:g} s"
+                    ) from None
+                time.sleep(0.05)  # polling for the port, with a deadline
 
     def __exit__(self, *exc: object) -> None:
         self._process.terminate()

@@ -3,7 +3,6 @@ real path, the tables analyzed, and the run's own counts leave the filled orders
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -59,17 +58,7 @@ def test_the_simulated_services_answer_after_the_latency_asked_for(run: Any) -> 
     """`Mocks(latency_ms)` (what `bench.worker_only --latency` runs against) holds each call
     at least that long; a lower bound only, never a speed."""
     async def first_call(base: str) -> float:
-        deadline = time.monotonic() + 30
         async with aiohttp.ClientSession() as session:
-            while True:  # the subprocess is up once it answers its ledger
-                try:
-                    async with session.get(f"{base}/_control/ledger") as resp:
-                        await resp.read()
-                        break
-                except aiohttp.ClientConnectionError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.05)  # polling for the port, with a deadline
             body = {"order_id": "o-1", "items": [{"sku": "SKU-1", "quantity": 1}]}
             headers = {"Idempotency-Key": "o-1:reserve", "X-Order-Id": "o-1", "X-Step-Id": "s-1"}
             began = time.monotonic()
