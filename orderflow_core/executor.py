@@ -8,7 +8,7 @@ import contextlib
 import functools
 import logging
 import random as _random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
 from orderflow_core import ids, logfields, saga
@@ -70,6 +70,10 @@ class Executor:
         # Tasks whose slot was given back when their last result was decided: they only wait
         # for its commit (a new claim may use the slot meanwhile); `stop` still waits for them.
         self._finishing: set[asyncio.Task[None]] = set()
+        # The run loop's claim under way (None between claims), and the slots it holds until
+        # the steps it starts are tasks of their own.
+        self._claiming: asyncio.Task[None] | None = None
+        self._reserved = 0
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         # Whether another claim may find work before the next poll: the last claim was cut
@@ -82,7 +86,7 @@ class Executor:
 
     @property
     def free_slots(self) -> int:
-        return self.timing.max_concurrent - len(self._in_flight)
+        return self.timing.max_concurrent - len(self._in_flight) - self._reserved
 
     def wake(self) -> None:
         """Work may be waiting: claim now instead of at the next poll (a LISTEN/NOTIFY hook
@@ -111,37 +115,69 @@ class Executor:
         self.observer.claimed(len(claims))
         return claims
 
+    async def claim_and_start(
+        self, limit: int | None = None
+    ) -> tuple[int, list[tuple[Claim, CallPlan]]]:
+        """Lease up to `limit` (default: the free slots) due steps and commit the intents they
+        start in the same store call (`UnitOfWork.claim_and_start`: one transaction on
+        PostgreSQL, so a claim never stands without its intent); how many were claimed, and
+        those that have a call to make, with their plans."""
+        wanted = self.free_slots if limit is None else min(limit, self.free_slots)
+        if wanted <= 0:
+            return 0, []
+        return await self._claim_started(wanted)
+
+    async def _claim_started(self, wanted: int) -> tuple[int, list[tuple[Claim, CallPlan]]]:
+        results = await self.store.claim_and_start(
+            owner=self.worker_id,
+            now=self.clock.now(),
+            limit=wanted,
+            lease_s=self.timing.lease_s,
+            start=self._decide_start,
+        )
+        self.observer.claimed(len(results))
+        return len(results), self._started(results)
+
     async def run_once(self, limit: int | None = None) -> int:
         """Claim due steps and run them to the end; returns how many were claimed."""
-        claims = await self.claim(limit)
-        await self.run_claimed(claims)
-        return len(claims)
+        claimed, started = await self.claim_and_start(limit)
+        await asyncio.gather(*(self._guarded(c, p) for c, p in started))
+        return claimed
 
     async def run_claimed(self, claims: list[Claim]) -> None:
-        """Start claimed steps as `run` does (their intents in one store call) and run each to
-        the end: call, result, and, when chaining, the steps those results made due."""
+        """Start steps claimed elsewhere (`claim`) through the executor's writer, their intents
+        in one store call, and run each to the end: call, result, and, when chaining, the
+        steps those results made due."""
         started = await self._start(claims)
         await asyncio.gather(*(self._guarded(c, p) for c, p in started))
 
     async def _start(self, claims: list[Claim]) -> list[tuple[Claim, CallPlan]]:
         """Record the intents of a claim batch (`decide_start`) through the executor's one
-        writer, so they share group commits with the results under way (one statement for
-        both, no second connection writing beside it); the claims that have a call to make,
-        with their plans. What failed is left to lease expiry."""
+        writer, so they share group commits with the results under way; the claims that have
+        a call to make, with their plans. What failed is left to lease expiry."""
         if not claims:
             return []
-        starts = [functools.partial(self._decide_start, claim) for claim in claims]
         results = await asyncio.gather(
-            *(self.commits.update(c.order_id, s) for c, s in zip(claims, starts, strict=True)),
+            *(
+                self.commits.update(c.order_id, functools.partial(self._decide_start, c))
+                for c in claims
+            ),
             return_exceptions=True,
         )
-        unavailable = [r for r in results if isinstance(r, StoreUnavailable)]
+        return self._started(list(zip(claims, results, strict=True)))
+
+    def _started(
+        self, results: Sequence[tuple[Claim, CallPlan | BaseException | None]]
+    ) -> list[tuple[Claim, CallPlan]]:
+        """The started claims with a call to make; the others logged (what failed is left to
+        lease expiry)."""
+        unavailable = [r for _, r in results if isinstance(r, StoreUnavailable)]
         if unavailable:
             log.warning(
                 "%d claimed steps left to lease expiry: %s", len(unavailable), unavailable[0]
             )
         started: list[tuple[Claim, CallPlan]] = []
-        for claim, result in zip(claims, results, strict=True):
+        for claim, result in results:
             if isinstance(result, NotFound | ConcurrentUpdate):
                 log.warning("step %s left to lease expiry: %s", claim.step_id, result)
             elif isinstance(result, StoreUnavailable | asyncio.CancelledError):
@@ -172,21 +208,40 @@ class Executor:
         while not self._stopping.is_set():
             self._wake.clear()  # before claiming: a wake-up during the claim is not lost
             self._notified = False
-            claims: list[Claim] = []
-            wanted = self.free_slots
+            # A task of its own, so `stop` waits for the claim under way and the steps it
+            # starts (their intents are committed with it) instead of reporting them finished.
+            self._claiming = asyncio.create_task(self._claim_and_spawn(self.free_slots))
             try:
-                claims = await self.claim()
-                if wanted > 0:
-                    self._backlog = len(claims) >= wanted
-            except StoreUnavailable as exc:
-                log.warning("claim failed: %s", exc)
-            for claim in claims:
-                task = asyncio.create_task(self._start_and_run(claim))
-                self._in_flight.add(task)
-                task.add_done_callback(self._forget)
+                await self._claiming
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # `stop` cancelled a claim that outlasted its grace period: the loop ends
+            finally:
+                self._claiming = None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.timing.poll_interval_s):
                     await _first(self._wake.wait(), self._stopping.wait())
+
+    async def _claim_and_spawn(self, wanted: int) -> None:
+        """One claim for the free slots; each started step runs in a task of its own, which
+        holds its slot from here on."""
+        if wanted <= 0:
+            return
+        self._reserved = wanted  # the claim's slots, held while its intents are committed
+        try:
+            claimed, started = await self._claim_started(wanted)
+        except StoreUnavailable as exc:
+            log.warning("claim failed: %s", exc)
+            return
+        finally:
+            self._reserved = 0
+        self._backlog = claimed >= wanted
+        for claim, plan in started:
+            task = asyncio.create_task(self._guarded(claim, plan))
+            self._in_flight.add(task)
+            task.add_done_callback(self._forget)
 
     async def stop(self, grace_s: float = 10.0) -> int:
         """Stop claiming; let in-flight steps finish within `grace_s`, then abandon them to
@@ -196,13 +251,21 @@ class Executor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         abandoned = 0
+        claiming = self._claiming
+        if claiming is not None:  # its steps run in tasks of their own once it returns
+            reserved = self._reserved
+            await asyncio.wait({claiming}, timeout=grace_s)
+            if not claiming.done():  # its intents may be committed: their leases run out
+                claiming.cancel()
+                await asyncio.gather(claiming, return_exceptions=True)
+                abandoned += reserved
         running = self._in_flight | self._finishing
         if running:
-            _, pending = await asyncio.wait(running, timeout=grace_s)
+            _, pending = await asyncio.wait(running, timeout=max(deadline - loop.time(), 0))
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            abandoned = len(pending)
+            abandoned += len(pending)
         # A commit under way finishes (or is abandoned at the deadline, as a crash would).
         try:
             async with asyncio.timeout_at(max(deadline, loop.time() + 0.001)):
@@ -210,13 +273,6 @@ class Executor:
         except TimeoutError:
             self.commits.cancel()
         return abandoned
-
-    async def _start_and_run(self, claim: Claim) -> None:
-        """A step `run` claimed: its intent (the writer groups it with the other starts and
-        results queued beside it), then the step to its end. One task from the claim on, so
-        `stop` counts the step in flight while its intent is being committed."""
-        for started, plan in await self._start([claim]):
-            await self._guarded(started, plan)
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
         try:

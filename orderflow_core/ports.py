@@ -164,6 +164,22 @@ class UnitOfWork(Protocol):
         attempt + 1, owner and expiry set, all in one statement."""
         ...
 
+    async def claim_and_start(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        lease_s: float,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        """`claim_due`, then each claim's `start(claim, aggregate)` applied as `update_many`
+        applies a decision, in one transaction where the store can (the executor's claims and
+        the intents they start: a claim is then never durable without its intent). Each claim
+        comes back with its start's value, or the exception that start met (as in
+        `update_many`); a store error (`StoreUnavailable`) is raised for the whole call."""
+        ...
+
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
         ...

@@ -341,39 +341,53 @@ GROUP BY state, attention_reason
 
 -- claim_due --
 -- Lease due steps and steps whose lease expired: attempt + 1, owner, expiry, in one statement.
--- Each branch is an ordered scan of its own partial index that locks as it goes (SKIP LOCKED),
--- so the cost is the number of live steps, never the number of finished ones.
--- Each claimed step comes with its order's aggregate as `lock_aggregates` returns it, without
--- locks: read from the statement's snapshot, so as it was before the claim (the store puts
--- the claim in), it is what the store keeps as its copy of the order to decide the attempt's
--- start on; the start's write checks under row locks that the order is still as read (its
--- version, its live steps), and reads it again if not.
-WITH due AS (
-    SELECT order_id, seq, next_attempt_at AS due_at
-    FROM workflow_steps
-    WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
-    ORDER BY next_attempt_at
+-- The candidates are the first rows of each branch's own partial index, read without locks (an
+-- ordered scan, so the cost is the number of live steps, never the number of finished ones).
+-- Earliest first, each candidate's order is locked (SKIP LOCKED) until `limit` are held, then
+-- their steps are updated: orders before steps, as every writer locks them, and no wait for
+-- an order. So a claim whose transaction goes on to write the intents it starts
+-- (`claim_and_start`) holds no step of an order it did not lock, and waits for nobody who
+-- could be waiting for it (at most for a lease renewal's own short statement).
+-- Each claimed step comes with its order's aggregate as `lock_aggregates` returns it, read
+-- from the statement's snapshot, so as it was before the claim (the store puts the claim in);
+-- it is what the store decides the attempt's start on, and the start's write checks under the
+-- row locks that the order is still as read (its version, its live steps), and reads it again
+-- if not.
+WITH candidates AS (
+    (SELECT order_id, seq, next_attempt_at AS due_at
+     FROM workflow_steps
+     WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
+     ORDER BY next_attempt_at
+     LIMIT %(window)s)
+    UNION ALL
+    (SELECT order_id, seq, lease_expires_at AS due_at
+     FROM workflow_steps
+     WHERE status = 'running' AND lease_expires_at <= %(now)s
+     ORDER BY lease_expires_at
+     LIMIT %(window)s)
+), owned AS (
+    SELECT c.order_id, c.seq
+    FROM candidates AS c JOIN orders AS o ON o.order_id = c.order_id
+    ORDER BY c.due_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT order_id, seq, lease_expires_at AS due_at
-    FROM workflow_steps
-    WHERE status = 'running' AND lease_expires_at <= %(now)s
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT order_id, seq FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
-    ORDER BY due_at
-    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
 ), claimed AS (
+    -- Checked again on the row's newest version: a step another claim took and committed
+    -- since this statement's snapshot is left (a CASE, so the check is no index condition:
+    -- each owned step is found by its key).
     UPDATE workflow_steps AS s SET
         status = 'running',
         attempt = s.attempt + 1,
         lease_owner = %(owner)s,
         lease_expires_at = %(expires_at)s
-    FROM picked
-    WHERE s.order_id = picked.order_id AND s.seq = picked.seq
+    FROM owned
+    WHERE s.order_id = owned.order_id AND s.seq = owned.seq
+      AND CASE s.status
+          WHEN 'pending' THEN s.next_attempt_at <= %(now)s
+          WHEN 'retry_scheduled' THEN s.next_attempt_at <= %(now)s
+          WHEN 'running' THEN s.lease_expires_at <= %(now)s
+          ELSE false
+      END
     RETURNING s.step_id, s.order_id, s.kind, s.attempt, s.lease_owner, s.lease_expires_at
 )
 SELECT

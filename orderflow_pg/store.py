@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -233,15 +234,7 @@ class PgOrderStore:
         kept: bool,
     ) -> list[int]:
         """Commit `indices` of `updates` into `results`; the indices whose kept copy was stale."""
-        rounds: list[list[int]] = []  # rounds in which each order appears once
-        seen: dict[UUID, int] = {}  # per order, how many rounds hold it so far
-        for index in indices:
-            order_id = updates[index][0]
-            position = seen.get(order_id, 0)  # the first round without it
-            seen[order_id] = position + 1
-            if position == len(rounds):
-                rounds.append([])
-            rounds[position].append(index)
+        rounds = _rounds(updates, indices)
         use_kept = kept and len(rounds) == 1
         copies = {
             i: self._kept[updates[i][0]]
@@ -249,17 +242,31 @@ class PgOrderStore:
             if use_kept and updates[i][0] in self._kept
         }
         reads = len(rounds) > 1 or len(copies) < len(rounds[0])
-        written: list[tuple[UUID, int, OrderAggregate]] = []
-        stale: list[int] = []
         async with self._db.connection("update_many") as conn:
             transaction = conn.transaction() if reads else contextlib.nullcontext()
             async with transaction:
-                for round_ in rounds:
-                    batch = [(i, *updates[i]) for i in round_]
-                    await self._update_round(conn, batch, results, copies, written, stale)
+                written, stale = await self._write_rounds(conn, updates, rounds, copies, results)
         for order_id, version, aggregate in written:  # committed: keep what was written
             self._keep(order_id, version, aggregate)
         return stale
+
+    async def _write_rounds(
+        self,
+        conn: Connection,
+        updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
+        rounds: list[list[int]],
+        copies: dict[int, tuple[int, OrderAggregate]],
+        results: dict[int, T | Exception],
+    ) -> tuple[list[tuple[UUID, int, OrderAggregate]], list[int]]:
+        """Each round's decisions and documents on `conn` (inside the caller's transaction
+        when there is more than one statement); what was written, and the indices whose copy
+        was stale."""
+        written: list[tuple[UUID, int, OrderAggregate]] = []
+        stale: list[int] = []
+        for round_ in rounds:
+            batch = [(i, *updates[i]) for i in round_]
+            await self._update_round(conn, batch, results, copies, written, stale)
+        return written, stale
 
     def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
         self._kept.pop(order_id, None)
@@ -451,28 +458,93 @@ class PgOrderStore:
         """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
         if limit <= 0:
             return []
-        found = await self._claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        found = await self._fetch_all("claim_due", claim_params(owner, now, limit, lease_s))
         claims = [rows.claim_from_row(r) for r in found]
         # What the statement read of each claimed order, with the claim put in, becomes the
         # copy the attempt's start is decided on (the executor's group commit: no locking
         # read); a copy kept before is replaced, since the claim changed a step of it.
-        copies = claimed_aggregates(found, claims)
         for claim in claims:
             self._kept.pop(claim.order_id, None)
-        for order_id, (aggregate, version) in copies.items():
+        for order_id, (aggregate, version) in claimed_aggregates(found, claims).items():
             self._keep(order_id, version, aggregate)
         return claims
 
-    async def _claim_due(
-        self, *, owner: str, now: datetime, limit: int, lease_s: float
-    ) -> list[rows.Row]:
-        params = {
-            "owner": owner,
-            "now": now,
-            "expires_at": now + timedelta(seconds=lease_s),
-            "limit": limit,
-        }
-        return await self._fetch_all("claim_due", params)
+    async def claim_and_start(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        lease_s: float,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        """A claim and the intents it starts in one transaction: BEGIN, `claim_due` (which
+        locks each claimed step's order), each start decided on what that statement read
+        with the claim put in, one `apply_changes` statement carrying every start, COMMIT. A
+        claim is never durable without its intent, and a failed start leaves its step due at
+        once instead of leased until its lease runs out. An order whose copy turned out stale
+        (changed between the statement's snapshot and its lock) is read again under the
+        locks already held and decided afresh. If the transaction fails for anything but an
+        unreachable database, nothing of it stays, and the claim is made again with each
+        start committed on its own (`claim_due`, then `update_many`), so one order's bad
+        start does not hold up the others."""
+        if limit <= 0:
+            return []
+        try:
+            return await self._claim_and_start(owner, now, limit, lease_s, start)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.warning(
+                "a claim and its starts failed together (%s: %s); claiming again, each start "
+                "on its own",
+                type(exc).__name__,
+                exc,
+            )
+        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        started = await self.update_many(
+            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
+        )
+        return list(zip(claims, started, strict=True))
+
+    async def _claim_and_start(
+        self,
+        owner: str,
+        now: datetime,
+        limit: int,
+        lease_s: float,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        claims: list[Claim] = []
+        try:
+            async with self._db.connection("claim_and_start") as conn, conn.transaction():
+                params = claim_params(owner, now, limit, lease_s)
+                found = await fetch_all(conn, "claim_due", params)
+                claims = [rows.claim_from_row(r) for r in found]
+                read = claimed_aggregates(found, claims)
+                updates = [(c.order_id, functools.partial(start, c)) for c in claims]
+                results: dict[int, T | Exception] = {}
+                rounds = _rounds(updates, range(len(updates)))
+                copies = {
+                    i: (read[updates[i][0]][1], read[updates[i][0]][0])
+                    for i in (rounds[0] if len(rounds) == 1 else ())
+                    if updates[i][0] in read
+                }
+                written, stale = await self._write_rounds(conn, updates, rounds, copies, results)
+                if stale:  # read again under the locks this transaction holds
+                    again, _ = await self._write_rounds(
+                        conn, updates, _rounds(updates, stale), {}, results
+                    )
+                    written.extend(again)
+        except BaseException:
+            for claim in claims:
+                self._kept.pop(claim.order_id, None)
+            raise
+        for claim in claims:  # committed: the claim changed a step of each, so keep anew
+            self._kept.pop(claim.order_id, None)
+        for order_id, version, aggregate in written:
+            self._keep(order_id, version, aggregate)
+        return [(claim, results[i]) for i, claim in enumerate(claims)]
 
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
@@ -610,3 +682,33 @@ def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(failure)
+
+
+# How many due steps (and how many lease-expired ones) a claim considers beyond the ones it
+# wants: candidates whose orders other claims hold are skipped, not waited for.
+CLAIM_WINDOW_EXTRA = 16
+
+
+def claim_params(owner: str, now: datetime, limit: int, lease_s: float) -> dict[str, Any]:
+    """The parameters of `claim_due`."""
+    return {
+        "owner": owner,
+        "now": now,
+        "expires_at": now + timedelta(seconds=lease_s),
+        "limit": limit,
+        "window": 2 * limit + CLAIM_WINDOW_EXTRA,
+    }
+
+
+def _rounds(updates: Sequence[tuple[UUID, object]], indices: Iterable[int]) -> list[list[int]]:
+    """`indices` split into rounds in which each order appears once, in the given order."""
+    rounds: list[list[int]] = []
+    seen: dict[UUID, int] = {}  # per order, how many rounds hold it so far
+    for index in indices:
+        order_id = updates[index][0]
+        position = seen.get(order_id, 0)  # the first round without it
+        seen[order_id] = position + 1
+        if position == len(rounds):
+            rounds.append([])
+        rounds[position].append(index)
+    return rounds

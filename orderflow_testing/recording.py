@@ -180,6 +180,30 @@ class RecordingStore:
     ) -> list[Claim]:
         return await self.inner.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
 
+    async def claim_and_start(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        lease_s: float,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        seen: dict[UUID, tuple[OrderAggregate, Change]] = {}
+
+        def watched(claim: Claim, aggregate: OrderAggregate) -> tuple[Change, T]:
+            change, value = start(claim, aggregate)
+            seen[claim.step_id] = (aggregate, change)  # the last call is the one committed
+            return change, value
+
+        started = await self.inner.claim_and_start(
+            owner=owner, now=now, limit=limit, lease_s=lease_s, start=watched
+        )
+        for claim, result in started:
+            if not isinstance(result, Exception) and claim.step_id in seen:
+                self._record(claim.order_id, *seen[claim.step_id])
+        return started
+
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         return await self.inner.renew_lease(claim, now=now, lease_s=lease_s)
 

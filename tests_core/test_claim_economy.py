@@ -30,6 +30,7 @@ class CountingStore(InMemoryOrderStore):
     def __init__(self) -> None:
         super().__init__()
         self.claims: list[int] = []  # how many steps each claim returned
+        self.claimed_and_started: list[int] = []  # the same, per claim_and_start call
         self.batches: list[list[Any]] = []  # the order ids of each group commit
         # When set: the first group commit that ships an order returns only once it is set
         # (decided and stored, its round trip not yet back).
@@ -57,6 +58,11 @@ class CountingStore(InMemoryOrderStore):
         claimed = await super().claim_due(**kwargs)
         self.claims.append(len(claimed))
         return claimed
+
+    async def claim_and_start(self, **kwargs: Any) -> Any:
+        started = await super().claim_and_start(**kwargs)
+        self.claimed_and_started.append(len(started))
+        return started
 
 
 class RedecidingStore(CountingStore):
@@ -259,21 +265,23 @@ def test_a_result_decided_again_after_its_slot_was_given_back_chains_nothing() -
     assert sum(claims) == 4, "each order's charge was left due for a claim of its own"
 
 
-def test_a_claim_batch_starts_through_the_executors_writer_in_one_group_commit() -> None:
-    async def scenario() -> tuple[list[Any], list[list[Any]], int]:
+def test_a_claim_and_the_intents_it_starts_are_one_store_call_not_the_writers() -> None:
+    async def scenario() -> tuple[list[Any], list[int], list[list[Any]], int]:
         node = Node(max_concurrent=4)
         order_ids = [await node.create() for _ in range(3)]
         node.warehouse.held.update(order_ids)  # the calls wait: only the starts are written
         running = asyncio.create_task(node.executor.run_once())
         await _until(lambda: _true(node.warehouse.waiting == 3), "three calls under way")
-        batches, writer_batches = list(node.store.batches), node.executor.commits.batches
+        calls, batches = list(node.store.claimed_and_started), list(node.store.batches)
+        writer_batches = node.executor.commits.batches
         node.warehouse.release.set()
         await running
-        return order_ids, batches, writer_batches
+        return order_ids, calls, batches, writer_batches
 
-    order_ids, batches, writer_batches = asyncio.run(scenario())
-    assert batches == [order_ids], "the three intents, one store call"
-    assert writer_batches == 1, "made by the writer that also commits results"
+    order_ids, calls, batches, writer_batches = asyncio.run(scenario())
+    assert calls == [3], "one claim_and_start call claimed and started all three"
+    assert batches == [order_ids], "the three intents, one group commit inside it"
+    assert writer_batches == 0, "the results' writer carried none of them"
 
 
 async def _true(value: object) -> bool:
@@ -293,10 +301,10 @@ class HeldStartsStore(CountingStore):
         return results
 
 
-def test_stop_counts_claimed_steps_whose_intents_are_still_being_committed() -> None:
+def test_stop_counts_the_steps_of_a_claim_whose_intents_are_still_being_committed() -> None:
     async def scenario() -> tuple[int, int]:
         store = HeldStartsStore()
-        node = Node(max_concurrent=4, store=store)
+        node = Node(max_concurrent=3, store=store)
         for _ in range(3):
             await node.create()
         running = asyncio.create_task(node.executor.run())
@@ -308,5 +316,25 @@ def test_stop_counts_claimed_steps_whose_intents_are_still_being_committed() -> 
         return in_flight, abandoned
 
     in_flight, abandoned = asyncio.run(scenario())
-    assert in_flight == 3, "a claimed step holds its slot while its intent is committed"
+    assert in_flight == 3, "a claim holds its slots while the intents it starts are committed"
     assert abandoned == 3, "stop reports them as left to lease expiry, not as finished"
+
+
+def test_stop_waits_for_a_claim_under_way_and_runs_the_steps_it_started() -> None:
+    async def scenario() -> tuple[int, list[OrderState]]:
+        store = HeldStartsStore()
+        node = Node(max_concurrent=3, store=store)
+        order_ids = [await node.create() for _ in range(3)]
+        running = asyncio.create_task(node.executor.run())
+        await _until(lambda: _true(store.batches), "the claimed steps' starts being committed")
+        stopping = asyncio.create_task(node.executor.stop(grace_s=30))
+        store.release.set()  # the claim returns while stop waits for it
+        abandoned = await stopping
+        await running
+        loaded = [await store.load(order_id) for order_id in order_ids]
+        return abandoned, [a.order.state for a in loaded if a is not None]
+
+    abandoned, states = asyncio.run(scenario())
+    assert abandoned == 0, "every step the claim started finished within the grace period"
+    # Each reserve ran and its result was committed; nothing is chained once stopping.
+    assert states == [OrderState.RESERVED] * 3

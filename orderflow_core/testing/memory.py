@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -233,6 +234,23 @@ class InMemoryOrderStore:
                     Claim(step.step_id, step.order_id, step.kind, claimed.attempt, owner, expires)
                 )
             return claims
+
+    async def claim_and_start(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        limit: int,
+        lease_s: float,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        """`claim_due`, then the starts as one `update_many` (nothing can crash in between
+        in memory)."""
+        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        started = await self.update_many(
+            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
+        )
+        return list(zip(claims, started, strict=True))
 
     def _put_step(self, step: Step) -> None:
         aggregate = self.aggregates[step.order_id]
