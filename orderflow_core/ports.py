@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
@@ -185,6 +186,25 @@ class UnitOfWork(Protocol):
         ...
 
 
+
+
+async def claim_then_start(
+    store: UnitOfWork,
+    *,
+    owner: str,
+    now: datetime,
+    limit: int,
+    lease_s: float,
+    start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+) -> list[tuple[Claim, T | Exception]]:
+    """`UnitOfWork.claim_and_start` for a store whose claim and starts cannot share one
+    transaction: `claim_due`, then every start through `update_many` (a claim whose start
+    fails is left to lease expiry)."""
+    claims = await store.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+    started = await store.update_many(
+        [(claim.order_id, functools.partial(start, claim)) for claim in claims]
+    )
+    return list(zip(claims, started, strict=True))
 
 class OrderReads(Protocol):
     """The reading side of the order store (the API's views, the tests' checks); as

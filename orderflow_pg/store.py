@@ -32,7 +32,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
-from orderflow_core.ports import OrderCount
+from orderflow_core.ports import OrderCount, claim_then_start
 from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
@@ -491,7 +491,7 @@ class PgOrderStore:
         if limit <= 0:
             return []
         try:
-            return await self._claim_and_start(owner, now, limit, lease_s, start)
+            return await self._claimed_and_started(claim_params(owner, now, limit, lease_s), start)
         except StoreUnavailable:
             raise
         except Exception as exc:
@@ -501,24 +501,16 @@ class PgOrderStore:
                 type(exc).__name__,
                 exc,
             )
-        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
-        started = await self.update_many(
-            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
+        return await claim_then_start(
+            self, owner=owner, now=now, limit=limit, lease_s=lease_s, start=start
         )
-        return list(zip(claims, started, strict=True))
 
-    async def _claim_and_start(
-        self,
-        owner: str,
-        now: datetime,
-        limit: int,
-        lease_s: float,
-        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    async def _claimed_and_started(
+        self, params: dict[str, Any], start: Callable[[Claim, OrderAggregate], tuple[Change, T]]
     ) -> list[tuple[Claim, T | Exception]]:
         claims: list[Claim] = []
         try:
             async with self._db.connection("claim_and_start") as conn, conn.transaction():
-                params = claim_params(owner, now, limit, lease_s)
                 found = await fetch_all(conn, "claim_due", params)
                 claims = [rows.claim_from_row(r) for r in found]
                 read = claimed_aggregates(found, claims)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from orderflow_core.model import (
     Principal,
     Step,
 )
-from orderflow_core.ports import OrderCount
+from orderflow_core.ports import OrderCount, claim_then_start
 from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
 
 T = TypeVar("T")
@@ -246,11 +245,9 @@ class InMemoryOrderStore:
     ) -> list[tuple[Claim, T | Exception]]:
         """`claim_due`, then the starts as one `update_many` (nothing can crash in between
         in memory)."""
-        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
-        started = await self.update_many(
-            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
+        return await claim_then_start(
+            self, owner=owner, now=now, limit=limit, lease_s=lease_s, start=start
         )
-        return list(zip(claims, started, strict=True))
 
     def _put_step(self, step: Step) -> None:
         aggregate = self.aggregates[step.order_id]
