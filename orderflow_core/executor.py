@@ -104,9 +104,13 @@ class Executor:
         if self.free_slots > 0:
             self._wake.set()
 
+    def _wanted(self, limit: int | None) -> int:
+        """How many steps a claim asks for: `limit`, at most the free slots."""
+        return self.free_slots if limit is None else min(limit, self.free_slots)
+
     async def claim(self, limit: int | None = None) -> list[Claim]:
         """Lease up to `limit` (default: the free slots) due steps."""
-        wanted = self.free_slots if limit is None else min(limit, self.free_slots)
+        wanted = self._wanted(limit)
         if wanted <= 0:
             return []
         claims = await self.store.claim_due(
@@ -122,7 +126,7 @@ class Executor:
         start in the same store call (`UnitOfWork.claim_and_start`: one transaction on
         PostgreSQL, so a claim never stands without its intent); how many were claimed, and
         those that have a call to make, with their plans."""
-        wanted = self.free_slots if limit is None else min(limit, self.free_slots)
+        wanted = self._wanted(limit)
         if wanted <= 0:
             return 0, []
         return await self._claim_started(wanted)

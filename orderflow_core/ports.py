@@ -186,8 +186,6 @@ class UnitOfWork(Protocol):
         ...
 
 
-
-
 async def claim_then_start(
     store: UnitOfWork,
     *,
@@ -205,6 +203,7 @@ async def claim_then_start(
         [(claim.order_id, functools.partial(start, claim)) for claim in claims]
     )
     return list(zip(claims, started, strict=True))
+
 
 class OrderReads(Protocol):
     """The reading side of the order store (the API's views, the tests' checks); as

@@ -8,7 +8,7 @@ import enum
 import functools
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -57,6 +57,8 @@ log = logging.getLogger("orderflow.store")
 # orders with a step still to run (due or running) are kept: a finished order's next change, if
 # any (an operator's refund), reads it afresh, and a store kept no copy it would not use again.
 KEPT_ORDERS = 10_000
+# A kept copy of an order: its version and its aggregate.
+Kept = tuple[int, OrderAggregate]
 # The most creates one statement carries (what queued beyond waits for the next).
 MAX_CREATES_PER_COMMIT = 64
 
@@ -71,7 +73,7 @@ class PgOrderStore:
         self._create_writer: asyncio.Task[None] | None = None
         # Per order this store wrote or claimed a step of last: (version, aggregate) as written
         # or as the claim read it with the claim put in, oldest first.
-        self._kept: OrderedDict[UUID, tuple[int, OrderAggregate]] = OrderedDict()
+        self._kept: OrderedDict[UUID, Kept] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
 
     @classmethod
@@ -235,12 +237,7 @@ class PgOrderStore:
     ) -> list[int]:
         """Commit `indices` of `updates` into `results`; the indices whose kept copy was stale."""
         rounds = _rounds(updates, indices)
-        use_kept = kept and len(rounds) == 1
-        copies = {
-            i: self._kept[updates[i][0]]
-            for i in rounds[0]
-            if use_kept and updates[i][0] in self._kept
-        }
+        copies = _copies(updates, rounds, self._kept if kept else {})
         reads = len(rounds) > 1 or len(copies) < len(rounds[0])
         async with self._db.connection("update_many") as conn:
             transaction = conn.transaction() if reads else contextlib.nullcontext()
@@ -255,7 +252,7 @@ class PgOrderStore:
         conn: Connection,
         updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
         rounds: list[list[int]],
-        copies: dict[int, tuple[int, OrderAggregate]],
+        copies: dict[int, Kept],
         results: dict[int, T | Exception],
     ) -> tuple[list[tuple[UUID, int, OrderAggregate]], list[int]]:
         """Each round's decisions and documents on `conn` (inside the caller's transaction
@@ -281,7 +278,7 @@ class PgOrderStore:
         conn: Connection,
         updates: list[tuple[int, UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
         results: dict[int, T | Exception],
-        copies: dict[int, tuple[int, OrderAggregate]],
+        copies: dict[int, Kept],
         written: list[tuple[UUID, int, OrderAggregate]],
         stale: list[int],
     ) -> None:
@@ -459,13 +456,13 @@ class PgOrderStore:
         if limit <= 0:
             return []
         found = await self._fetch_all("claim_due", claim_params(owner, now, limit, lease_s))
-        claims = [rows.claim_from_row(r) for r in found]
+        claims, read = _claimed(found)
         # What the statement read of each claimed order, with the claim put in, becomes the
         # copy the attempt's start is decided on (the executor's group commit: no locking
         # read); a copy kept before is replaced, since the claim changed a step of it.
         for claim in claims:
             self._kept.pop(claim.order_id, None)
-        for order_id, (aggregate, version) in claimed_aggregates(found, claims).items():
+        for order_id, (version, aggregate) in read.items():
             self._keep(order_id, version, aggregate)
         return claims
 
@@ -511,29 +508,20 @@ class PgOrderStore:
         claims: list[Claim] = []
         try:
             async with self._db.connection("claim_and_start") as conn, conn.transaction():
-                found = await fetch_all(conn, "claim_due", params)
-                claims = [rows.claim_from_row(r) for r in found]
-                read = claimed_aggregates(found, claims)
+                claims, read = _claimed(await fetch_all(conn, "claim_due", params))
                 updates = [(c.order_id, functools.partial(start, c)) for c in claims]
                 results: dict[int, T | Exception] = {}
                 rounds = _rounds(updates, range(len(updates)))
-                copies = {
-                    i: (read[updates[i][0]][1], read[updates[i][0]][0])
-                    for i in (rounds[0] if len(rounds) == 1 else ())
-                    if updates[i][0] in read
-                }
+                copies = _copies(updates, rounds, read)
                 written, stale = await self._write_rounds(conn, updates, rounds, copies, results)
                 if stale:  # read again under the locks this transaction holds
                     again, _ = await self._write_rounds(
                         conn, updates, _rounds(updates, stale), {}, results
                     )
                     written.extend(again)
-        except BaseException:
+        finally:  # committed or not, the claim changed a step of each: no copy kept before holds
             for claim in claims:
                 self._kept.pop(claim.order_id, None)
-            raise
-        for claim in claims:  # committed: the claim changed a step of each, so keep anew
-            self._kept.pop(claim.order_id, None)
         for order_id, version, aggregate in written:
             self._keep(order_id, version, aggregate)
         return [(claim, results[i]) for i, claim in enumerate(claims)]
@@ -690,6 +678,24 @@ def claim_params(owner: str, now: datetime, limit: int, lease_s: float) -> dict[
         "limit": limit,
         "window": 2 * limit + CLAIM_WINDOW_EXTRA,
     }
+
+
+def _claimed(found: Sequence[rows.Row]) -> tuple[list[Claim], dict[UUID, Kept]]:
+    """The claims a `claim_due` statement returned, and per claimed order the copy its
+    start is decided on: what the statement read, with the claims put in."""
+    claims = [rows.claim_from_row(r) for r in found]
+    read = claimed_aggregates(found, claims)
+    return claims, {order_id: (version, agg) for order_id, (agg, version) in read.items()}
+
+
+def _copies(
+    updates: Sequence[tuple[UUID, object]], rounds: list[list[int]], source: Mapping[UUID, Kept]
+) -> dict[int, Kept]:
+    """The copies to decide the first round on, by update index: only when every order is in
+    one round (a second change of an order is decided on what its first one wrote)."""
+    if len(rounds) != 1:
+        return {}
+    return {i: source[updates[i][0]] for i in rounds[0] if updates[i][0] in source}
 
 
 def _rounds(updates: Sequence[tuple[UUID, object]], indices: Iterable[int]) -> list[list[int]]:

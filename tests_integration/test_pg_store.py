@@ -187,14 +187,25 @@ SELECT lpad(to_hex(g), 32, '0')::uuid, md5(%(orders)s || (g / 4)::text)::uuid, '
 FROM generate_series(1, %(count)s) AS g
 """
 
+# Their orders: copies of one real order under the ids the steps above point at.
+FINISHED_ORDERS = """
+INSERT INTO orders
+SELECT (jsonb_populate_record(NULL::orders, to_jsonb(t)
+        || jsonb_build_object('order_id', md5(%(orders)s || g::text)::uuid))).*
+FROM (SELECT * FROM orders LIMIT 1) AS t, generate_series(0, %(count)s / 4) AS g
+"""
+
 
 def _claim_plan(url: str, finished: int) -> str:
-    """The claim's plan with `finished` finished steps of other orders, four to an order (their
-    order rows left out)."""
+    """The claim's plan with `finished` finished steps of other orders, four to an order, and
+    those orders' rows."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET session_replication_role = replica")  # skip FK checks of bulk rows
-        conn.execute(FINISHED_STEPS, {"orders": "finished", "at": T0, "count": finished})
+        bulk = {"orders": "finished", "at": T0, "count": finished}
+        conn.execute(FINISHED_STEPS, bulk)
+        conn.execute(FINISHED_ORDERS, bulk)
         conn.execute("ANALYZE workflow_steps")
+        conn.execute("ANALYZE orders")
         params = claim_params("w", at(60), 20, lease_s=30)
         with conn.transaction(force_rollback=True):
             plan = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + query("claim_due"), params)
@@ -211,7 +222,7 @@ def test_the_claim_stays_two_partial_index_scans_with_a_million_finished_steps(
     print(plan)
     assert "Index Scan using workflow_steps_due_idx" in plan
     assert "Index Scan using workflow_steps_lease_idx" in plan
-    assert "Seq Scan on workflow_steps" not in plan
+    assert "Seq Scan" not in plan
     # Each claimed step is updated through its key, not found again through an index of due
     # steps (which would read every due step: a backlog of thousands at each claim).
     assert "Index Scan using workflow_steps_pkey on workflow_steps s" in plan
