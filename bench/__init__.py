@@ -1,1 +1,2 @@
-"""The benchmark of issue 8: `python -m bench` (see docs/benchmark.md)."""
+"""The benchmark: `python -m bench` runs it whole; its method and latest results are in
+docs/benchmark.md (the site's performance page)."""

@@ -1,13 +1,14 @@
-"""orderflow's composition root: configuration, wiring and the `orderflow` command line."""
+"""orderflow's composition root: the `orderflow` command (serve, worker, api, migrate, seed,
+mocks, user), its configuration from the environment, and the wiring of the core to its
+PostgreSQL, HTTP and NATS adapters."""
 
 from __future__ import annotations
 
-from importlib import metadata
+# The release's version: pyproject.toml reads it from here (one source of truth), and
+# `orderflow --version` prints it. CHANGELOG.md has a section per version.
+__version__ = "0.1.0"
 
 
 def version() -> str:
-    """The installed distribution's version (what `orderflow --version` prints)."""
-    try:
-        return metadata.version("orderflow")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+    """This release's version (what `orderflow --version` prints)."""
+    return __version__

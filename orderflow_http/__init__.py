@@ -1,4 +1,7 @@
-"""aiohttp adapters: the clients of the external services (and, later, the REST surface)."""
+"""orderflow's HTTP adapters, on aiohttp: the REST API with its OpenAPI document and the
+operator console (`orderflow_http.api`), the clients of the warehouse, payments, shipping and
+notification services with their bulkheads, the webhook sink, and the metrics and traces
+(`orderflow_http.telemetry`)."""
 
 from __future__ import annotations
 

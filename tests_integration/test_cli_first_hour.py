@@ -15,6 +15,8 @@ import pytest
 from processes import Proc, base_env, free_port, output_lines, run_cli
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import orderflow
+
 PASSWORD = "pw-Never-Shown-7431"
 
 
@@ -162,6 +164,10 @@ def test_a_service_port_in_use_names_the_variable_to_change(
 
 @pytest.mark.parametrize("module", ["orderflow", "orderflow.cli"])
 def test_version_prints_the_installed_version(module: str) -> None:
+    # One source of truth: the installed distribution's metadata is orderflow.__version__,
+    # whatever the distribution is named on the package index.
+    (distribution,) = set(metadata.packages_distributions()["orderflow"])
+    assert metadata.version(distribution) == orderflow.__version__
     done = subprocess.run(
         [sys.executable, "-m", module, "--version"],
         env=base_env(),
@@ -170,7 +176,7 @@ def test_version_prints_the_installed_version(module: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {orderflow.__version__}"
 
 
 @pytest.fixture
@@ -200,7 +206,7 @@ def test_without_the_service_extras_version_still_answers(
 ) -> None:
     done = run_cli(["--version"], without_service_extras)
     assert done.returncode == 0
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {orderflow.__version__}"
 
 
 @pytest.mark.postgres
