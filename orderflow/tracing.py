@@ -29,8 +29,9 @@ log = logging.getLogger("orderflow.tracing")
 # ratio: parent based; and the steps of an order follow the request that created it, so this is
 # the share of orders traced whole). Measured with `python -m bench.telemetry`
 # (docs/how-to/observe.md): a recorded order costs the worker ~3 ms of CPU (its spans made by
-# the SDK, encoded and posted by the OTLP exporter's thread), so a tenth costs ~7 % of its CPU, every order about a third;
-# one in a hundred keeps tracing inside the 5 % budget and is still 1-2 whole orders a second.
+# the SDK, encoded and posted by the OTLP exporter's thread), so a tenth costs ~7 % of its CPU,
+# every order about a third; one in a hundred keeps tracing inside the 5 % budget and is still
+# 1-2 whole orders a second.
 DEFAULT_SAMPLE_RATIO = 0.01
 
 
