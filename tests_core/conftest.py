@@ -3,7 +3,7 @@
 - `dev` — quick local runs; `ci` — the stateful suite with 200 examples;
 - `long` — the deep run: 20,000 examples of the in-memory stateful machine (the PostgreSQL
   machine reads the profile name and runs 300); run before resolving any change to the core or
-  a store (README, "Tests");
+  a store (docs/how-to/testing.md, "The deep run");
 - `mutation` — what mutmut runs under (selected by itself whenever `MUTANT_UNDER_TEST` is set):
   derandomized and with no example database, so every mutant meets the same examples and a
   saved failing example of one mutant cannot kill another.

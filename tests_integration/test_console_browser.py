@@ -48,7 +48,7 @@ pytestmark = pytest.mark.postgres
 CUSTOMER = {"Authorization": f"Bearer {CUSTOMER_TOKEN}"}
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 ORDER = {"items": [{"sku": "lamp", "quantity": 2, "unit_price_minor": 129900}], "currency": "RUB"}
-# Where screenshots are copied besides the test's own folder (e.g. to refresh the README's).
+# Where screenshots are copied besides the test's own folder (e.g. to refresh docs/console-*.png).
 ARTIFACTS = "ORDERFLOW_TEST_ARTIFACTS"
 
 

@@ -1,5 +1,6 @@
-"""README's property-testing example, run as written against both shipped stores: the code
-block is read from README.md and executed with `open_my_store`/`close_my_store` supplied."""
+"""The property-testing example of the guide "Write and property-test your own store"
+(docs/how-to/own-store.md), run as written against both shipped stores: the code block is read
+from the page and executed with `open_my_store`/`close_my_store` supplied."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from orderflow_core.testing import InMemoryOrderStore
 from orderflow_pg import PgOrderStore
 from tests_integration.test_stateful_pg import TABLES
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "own-store.md"
 SMALL = settings(
     max_examples=10,
     stateful_step_count=20,
@@ -29,14 +30,15 @@ SMALL = settings(
 
 
 def readme_example() -> str:
-    section = README.read_text(encoding="utf-8").split("### Property-testing your own store")[1]
+    section = GUIDE.read_text(encoding="utf-8").split("## Prove it with the kit")[1]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert found, "README's kit section has no python example"
+    assert found, "the guide's kit section has no python example"
     return found.group(1)
 
 
 def run_readme_example(open_store: Callable[[], Any], close_store: Callable[[Any], Any]) -> int:
-    """Execute README's block, run the machine it defines; returns how many stores it opened."""
+    """Execute the guide's block, run the machine it defines; returns how many stores it
+    opened."""
     opened: list[OrderStore] = []
 
     async def open_my_store() -> OrderStore:
@@ -45,7 +47,7 @@ def run_readme_example(open_store: Callable[[], Any], close_store: Callable[[Any
         return store
 
     namespace: dict[str, Any] = {"open_my_store": open_my_store, "close_my_store": close_store}
-    exec(compile(readme_example(), str(README), "exec"), namespace)  # our own README
+    exec(compile(readme_example(), str(GUIDE), "exec"), namespace)  # our own documentation
     case = namespace["TestMyStore"]
     case.settings = SMALL
     case("runTest").runTest()
