@@ -54,14 +54,20 @@ def _shown_default(default: object) -> str:
     return f"`{default}`"
 
 
+# Values no parser of a variable accepts: the first refusal says, in the parser's own words,
+# what the variable expects.
+_REFUSED = ("\x00?", "=", "-1", "0", "nope", "/no such directory/file")
+
+
 def _accepts(parse: Callable[[str], object]) -> str:
     """What a parser accepts, in its own words (the message it refuses a bad value with)."""
-    try:
-        parse("\x00?")
-    except ValueError as exc:
-        said = str(exc)
-        return said[len("expected ") :] if said.startswith("expected ") else said
-    return "any text"
+    for probe in _REFUSED:
+        try:
+            parse(probe)
+        except ValueError as exc:
+            said = str(exc)
+            return said[len("expected ") :] if said.startswith("expected ") else said
+    return "a path" if parse is Path else "any text"
 
 
 def configuration() -> str:
@@ -82,8 +88,8 @@ def configuration() -> str:
     ]
     for name in service:
         r = read.get(name)
-        default = _shown_default(r.default) if r else "see below"
-        accepts = _accepts(r.parse) if r else "see below"
+        default = _shown_default(r.default) if r else "see the variable"
+        accepts = _accepts(r.parse) if r else "see the variable"
         lines.append(f"| [`{name}`](#{_anchor(name)}) | {_cell(default)} | {_cell(accepts)} |\n")
     lines.append("\n## The service's variables\n")
     for name in service:
