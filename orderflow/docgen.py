@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -287,11 +286,6 @@ def rest_api() -> str:
     lines.append("\n## Schemas\n")
     for name, schema in doc["components"]["schemas"].items():
         lines.extend(_schema(name, schema))
-    lines.append(
-        "\n## The document itself\n\n<details><summary>openapi.json</summary>\n\n```json\n"
-        + json.dumps(doc, indent=1, sort_keys=False)
-        + "\n```\n\n</details>\n"
-    )
     return "".join(lines)
 
 
