@@ -524,7 +524,8 @@ VARIABLE_HELP: Mapping[str, str] = {
     "ORDERFLOW_MOCKS_HOLD_S": "How long a scripted `timeout` outcome holds the connection.",
     "ORDERFLOW_MOCKS_STATE": "A journal file that keeps the simulated services' effects "
     "(charges, reservations, shipments, refunds, the ledger) across a restart. Unset: in memory, "
-    "and a restart forgets them all.",
+    "and a restart forgets them all "
+    "([details](../simulated-services.md#keeping-state-across-a-restart)).",
     "ORDERFLOW_WAREHOUSE_URL": "The warehouse's base URL; the service paths are appended. "
     "Unset: the built-in simulated services.",
     "ORDERFLOW_PAYMENTS_URL": "The payment provider's base URL. Unset: the built-in simulated "
