@@ -332,8 +332,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=_get(
             env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
-        home=_get(env, "ORDERFLOW_HOME", Path, Path("./.orderflow")),
-        http_host=_get(env, "ORDERFLOW_HTTP_HOST", str, "127.0.0.1"),
+        home=Path(g("ORDERFLOW_HOME") or "./.orderflow"),
+        http_host=g("ORDERFLOW_HTTP_HOST") or "127.0.0.1",
         http_port=_get(env, "ORDERFLOW_HTTP_PORT", _port, 8080),
         mocks_port=_get(env, "ORDERFLOW_MOCKS_PORT", _port, 8081),
         mocks_latency_ms=_get(env, "ORDERFLOW_MOCKS_LATENCY_MS", _non_negative_int, 0),
@@ -514,9 +514,9 @@ VARIABLE_HELP: Mapping[str, str] = {
     "string. Unset: an embedded PostgreSQL under `ORDERFLOW_HOME` (the fresh-laptop path). "
     "Checked by connecting once before anything else starts.",
     "ORDERFLOW_HOME": "Where the embedded server keeps its data (not under `/root` when run "
-    "as root).",
+    "as root). Default: `./.orderflow`.",
     "ORDERFLOW_HTTP_HOST": "The address the REST API (and a worker's own `/metrics`) listens "
-    "on. The default exposes nothing beyond this machine until asked.",
+    "on. Default: `127.0.0.1`, which exposes nothing beyond this machine until asked.",
     "ORDERFLOW_HTTP_PORT": "The REST API's port (`0` picks a free one).",
     "ORDERFLOW_MOCKS_PORT": "The port of the simulated warehouse, payments and shipping "
     "services (`orderflow mocks`, and `serve` when no service URL is set).",
