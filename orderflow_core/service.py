@@ -20,6 +20,7 @@ from orderflow_core.errors import (
     IdempotencyKeyReused,
     InvalidParameter,
     NotFound,
+    OrderflowError,
     Unauthenticated,
 )
 from orderflow_core.model import (
@@ -60,12 +61,56 @@ ROLES: Mapping[str, frozenset[Role]] = {
 }
 
 
+# What a person may ask of an order (the order representation's `allowed_actions`), with the
+# use case (a key of `ROLES`) each one is.
+ACTIONS: Mapping[str, str] = {
+    "cancel": "cancel",
+    "retry": "retry",
+    "reconcile": "reconcile",
+    "refund": "request_refund",
+}
+_SCRATCH_ID = UUID(int=0)
+
+
 @attrs.frozen
 class OrderView:
-    """An order as a reader sees it: the aggregate plus its history."""
+    """An order as a reader sees it: the aggregate plus its history, and the actions the
+    reader may ask for now (`allowed_actions`)."""
 
     aggregate: OrderAggregate
     history: tuple[HistoryEntry, ...]
+    allowed_actions: tuple[str, ...] = ()
+
+
+def allowed_actions(
+    aggregate: OrderAggregate, principal: Principal, ctx: Context
+) -> tuple[str, ...]:
+    """The actions `principal` may ask of the order now: those its role may ask for (`ROLES`)
+    whose decision, tried on the aggregate, neither refuses nor leaves the order as it is.
+
+    The decisions are the commands themselves, so this never disagrees with what a request
+    would get; nothing is written, and ids come from a scratch source, not the service's.
+    """
+    scratch = attrs.evolve(ctx, new_id=lambda: _SCRATCH_ID)
+    idem = ApiIdempotency(principal.user_id, "", "", "", _SCRATCH_ID, scratch.now)
+    decisions: dict[str, Callable[[], bool]] = {
+        "cancel": lambda: commands.cancel(aggregate, scratch)[1] != "unchanged",
+        "retry": lambda: bool(commands.retry(aggregate, principal, scratch)),
+        "reconcile": lambda: bool(commands.reconcile(aggregate, principal, scratch)),
+        "refund": lambda: bool(
+            commands.request_refund(aggregate, principal, None, "", idem, scratch)
+        ),
+    }
+    allowed = []
+    for action, use_case in ACTIONS.items():
+        if principal.role not in ROLES[use_case]:
+            continue
+        try:
+            if decisions[action]():
+                allowed.append(action)
+        except OrderflowError:
+            continue
+    return tuple(allowed)
 
 
 def hash_token(token: str) -> str:
@@ -154,10 +199,11 @@ class OrderService:
             replay = await self._replay(principal, "create_order", key, digest)
             if replay is None:
                 raise
-            return await self._view(replay), True
+            return await self._view(replay, principal), True
         assert change.order is not None
         created = OrderAggregate(change.order, change.steps, change.refunds)
-        return OrderView(created, change.history), False
+        actions = allowed_actions(created, principal, ctx)
+        return OrderView(created, change.history, actions), False
 
     async def _replay(self, principal: Principal, scope: str, key: str, digest: str) -> UUID | None:
         found = await self._store.find_idempotency(principal.user_id, scope, key)
@@ -167,13 +213,14 @@ class OrderService:
             raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
         return found.resource_id
 
-    async def _view(self, order_id: UUID) -> OrderView:
+    async def _view(self, order_id: UUID, principal: Principal) -> OrderView:
         # One read: the order and its history as of one moment, never two moments apart.
         found = await self._store.load_with_history(order_id)
         if found is None:
             raise NotFound(f"order {order_id} not found")
         aggregate, history = found
-        return OrderView(aggregate, tuple(history))
+        actions = allowed_actions(aggregate, principal, self._ctx(principal))
+        return OrderView(aggregate, tuple(history), actions)
 
     async def _visible(self, principal: Principal, order_id: UUID) -> OrderAggregate:
         aggregate = await self._store.load(order_id)
@@ -186,7 +233,7 @@ class OrderService:
     async def get_order(self, principal: Principal, order_id: UUID) -> OrderView:
         """The order with history, steps, payment and refunds; owners and operators only."""
         self.authorize(principal, "get_order")
-        view = await self._view(order_id)
+        view = await self._view(order_id, principal)
         owner = view.aggregate.order.customer_id
         if principal.role is Role.CUSTOMER and owner != principal.user_id:
             raise NotFound(f"order {order_id} not found")
@@ -240,7 +287,7 @@ class OrderService:
         result = await self._store.update(
             order_id, lambda agg: commands.cancel(agg, self._ctx(principal))
         )
-        return await self._view(order_id), result
+        return await self._view(order_id, principal), result
 
     async def retry(self, principal: Principal, order_id: UUID) -> OrderView:
         """Re-arm the current step (same key, a fresh budget of attempts)."""
@@ -249,7 +296,7 @@ class OrderService:
         await self._store.update(
             order_id, lambda agg: (commands.retry(agg, principal, self._ctx(principal)), None)
         )
-        return await self._view(order_id)
+        return await self._view(order_id, principal)
 
     async def reconcile(self, principal: Principal, order_id: UUID) -> OrderView:
         """Queue a status check with the charge's key (operator, payment_unknown only)."""
@@ -258,7 +305,7 @@ class OrderService:
         await self._store.update(
             order_id, lambda agg: (commands.reconcile(agg, principal, self._ctx(principal)), None)
         )
-        return await self._view(order_id)
+        return await self._view(order_id, principal)
 
     async def request_refund(
         self,
