@@ -331,3 +331,32 @@ def test_a_retry_re_arms_the_step_with_a_fresh_budget_and_is_audited(who: str) -
         ]
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("name", STATES)
+def test_the_order_lists_exactly_the_actions_its_reader_may_ask_for_now(name: str) -> None:
+    """`allowed_actions` (what the API's order carries and the console shows) is what the
+    tables above allow: cancel and retry for the customer, retry, reconcile and refund for
+    the operator — never an action that would be refused, nor one that would change nothing."""
+    customer = []
+    if CANCEL_OK.get(name, "unchanged") != "unchanged":
+        customer.append("cancel")
+    if name in CUSTOMER_RETRY_OK:
+        customer.append("retry")
+    operator = [
+        action
+        for action, allowed in (
+            ("retry", OPERATOR_RETRY_OK),
+            ("reconcile", RECONCILE_OK),
+            ("refund", REFUND_OK),
+        )
+        if name in allowed
+    ]
+    w, order_id = reach(name)
+    try:
+        before = w.load(order_id)
+        assert w.run(w.service.get_order(CUSTOMER, order_id)).allowed_actions == tuple(customer)
+        assert w.run(w.service.get_order(OPERATOR, order_id)).allowed_actions == tuple(operator)
+        assert w.load(order_id) == before  # trying the decisions wrote nothing
+    finally:
+        w.close()

@@ -68,9 +68,9 @@ def _nothing(d: Draft, step: Step) -> None:
 class Retry:
     """Who may re-arm a stopped step of this kind (same key, a fresh budget), and when.
 
-    `failed`: the roles that may re-arm it once it failed (a blocked step — a permanent
-    technical error — is an operator's to retry, whatever the kind). `others_refused`: what a
-    role outside `failed` is told. `refused`: why a stopped step may still not be retried now
+    `failed`: the roles that may re-arm it once it stopped (an operator always may; a blocked
+    step — a permanent technical error — is an operator's only, whatever the kind).
+    `others_refused`: what a role outside `failed` is told. `refused`: why a stopped step may still not be retried now
     (None: it may). `rearm`: what re-arming does to the order besides the step.
     """
 
