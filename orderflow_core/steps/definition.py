@@ -70,8 +70,9 @@ class Retry:
 
     `failed`: the roles that may re-arm it once it stopped (an operator always may; a blocked
     step — a permanent technical error — is an operator's only, whatever the kind).
-    `others_refused`: what a role outside `failed` is told. `refused`: why a stopped step may still not be retried now
-    (None: it may). `rearm`: what re-arming does to the order besides the step.
+    `others_refused`: what a role outside `failed` is told. `refused`: why a stopped step may
+    still not be retried now (None: it may). `rearm`: what re-arming does to the order besides
+    the step.
     """
 
     failed: frozenset[Role] = ANYONE
