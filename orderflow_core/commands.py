@@ -21,6 +21,7 @@ from orderflow_core.model import (
     OrderAggregate,
     Principal,
     Refund,
+    Step,
 )
 from orderflow_core.process import NEWEST, process_for
 from orderflow_core.states import (
@@ -73,12 +74,10 @@ def create_order(
     return d.change(idempotency=idem)
 
 
-def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
-    """Cancel per the table; returns the change and `cancelled`, `cancelling` or `unchanged`."""
-    d = Draft(aggregate, ctx, STEPS)
+def cancel_at(aggregate: OrderAggregate) -> Step:
+    """The current step the order may be cancelled at now (its kind's `cancel` fact), or
+    `InvalidTransition`."""
     state = aggregate.order.state
-    if state in (OrderState.CANCELLING, OrderState.CANCELLED):
-        return Change(), "unchanged"
     step = current_step(aggregate)
     rule = STEPS[step.kind].cancel if step is not None else None
     if step is None or rule is None or not rule.allows(state, step):
@@ -87,6 +86,16 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
             OrderState.CANCELLED.value,
             f"an order in {state.value!r} cannot be cancelled now",
         )
+    return step
+
+
+def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
+    """Cancel per the table; returns the change and `cancelled`, `cancelling` or `unchanged`."""
+    state = aggregate.order.state
+    if state in (OrderState.CANCELLING, OrderState.CANCELLED):
+        return Change(), "unchanged"
+    step = cancel_at(aggregate)
+    d = Draft(aggregate, ctx, STEPS)
     d.cancel_waiting(step.kind, "cancelled by customer")
     if state is OrderState.CREATED:
         # No step has started yet: nothing is held anywhere, nothing to give back.
@@ -101,10 +110,10 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     return d.change(), "cancelling"
 
 
-def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
-    """Re-arm the step the order waits on (its current step, or a stopped step of a kind that
-    outlives the order) with a fresh budget and the same key, where its kind allows."""
-    d = Draft(aggregate, ctx, STEPS)
+def retry_of(aggregate: OrderAggregate, principal: Principal) -> Step:
+    """The step `principal` may re-arm now — the one the order waits on (its current step, or a
+    stopped step of a kind that outlives the order), where its kind's `retry` fact allows —
+    or `NotRetryable`."""
     order = aggregate.order
     step = waiting_step(aggregate)
     operator = principal.role is Role.OPERATOR
@@ -118,7 +127,14 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
     refused = rule.refused(aggregate, step)
     if refused is not None:
         raise NotRetryable(refused)
-    rule.rearm(d, step)
+    return step
+
+
+def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
+    """Re-arm the step `retry_of` names with a fresh budget and the same key."""
+    step = retry_of(aggregate, principal)
+    d = Draft(aggregate, ctx, STEPS)
+    STEPS[step.kind].retry.rearm(d, step)
     budget = ctx.timing.retry.attempts_per_budget
     d.update_step(
         step.step_id,
@@ -142,11 +158,7 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
 
 def reconcile(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
     """Queue a status check under the charge's key; only in payment_unknown."""
-    order = aggregate.order
-    if order.state is not OrderState.PAYMENT_UNKNOWN:
-        raise InvalidTransition(
-            order.state.value, "reconcile", "reconciliation is only possible in payment_unknown"
-        )
+    check_reconcile(aggregate)
     d = Draft(aggregate, ctx, STEPS)
     if d.active(StepKind.RECONCILE_PAYMENT):
         d.note(Audit.MANUAL_RECONCILE, "already_queued", role=principal.role.value)
@@ -154,6 +166,36 @@ def reconcile(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> 
     step = d.new_step(StepKind.RECONCILE_PAYMENT)
     d.note(Audit.MANUAL_RECONCILE, "queued", step.step_id, role=principal.role.value)
     return d.change()
+
+
+def check_reconcile(aggregate: OrderAggregate) -> None:
+    """`InvalidTransition` unless the payment is in doubt (the only time to reconcile)."""
+    order = aggregate.order
+    if order.state is not OrderState.PAYMENT_UNKNOWN:
+        raise InvalidTransition(
+            order.state.value, "reconcile", "reconciliation is only possible in payment_unknown"
+        )
+
+
+def check_refund(aggregate: OrderAggregate, amount_minor: int | None) -> int:
+    """The amount a refund of `amount_minor` (None: all that is left) gives back, or
+    `InvalidTransition` (no confirmed charge, or not shipped or shipping_failed) or
+    `ValidationFailed` (not a positive amount within what is not yet refunded)."""
+    order = aggregate.order
+    allowed = (OrderState.SHIPPED, OrderState.SHIPPING_FAILED)
+    if order.payment_status != "succeeded" or order.state not in allowed:
+        raise InvalidTransition(
+            order.state.value,
+            "refund",
+            "a refund needs a confirmed charge and shipped or shipping_failed",
+        )
+    left = unrefunded_minor(aggregate)
+    amount = left if amount_minor is None else amount_minor
+    if amount < 1 or amount > left:
+        raise ValidationFailed(
+            [{"field": "amount_minor", "message": f"a positive integer not above {left}"}]
+        )
+    return amount
 
 
 def unrefunded_minor(aggregate: OrderAggregate) -> int:
@@ -176,19 +218,7 @@ def request_refund(
 ) -> tuple[Change, UUID]:
     """A refund of a confirmed charge, after shipped or shipping_failed; its own step and key."""
     order = aggregate.order
-    allowed = (OrderState.SHIPPED, OrderState.SHIPPING_FAILED)
-    if order.payment_status != "succeeded" or order.state not in allowed:
-        raise InvalidTransition(
-            order.state.value,
-            "refund",
-            "a refund needs a confirmed charge and shipped or shipping_failed",
-        )
-    left = unrefunded_minor(aggregate)
-    amount = left if amount_minor is None else amount_minor
-    if amount < 1 or amount > left:
-        raise ValidationFailed(
-            [{"field": "amount_minor", "message": f"a positive integer not above {left}"}]
-        )
+    amount = check_refund(aggregate, amount_minor)
     d = Draft(aggregate, ctx, STEPS)
     refund_id = idem.resource_id
     step = d.new_step(StepKind.REFUND, refund_id=refund_id)

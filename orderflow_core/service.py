@@ -69,7 +69,6 @@ ACTIONS: Mapping[str, str] = {
     "reconcile": "reconcile",
     "refund": "request_refund",
 }
-_SCRATCH_ID = UUID(int=0)
 
 
 @attrs.frozen
@@ -82,35 +81,31 @@ class OrderView:
     allowed_actions: tuple[str, ...] = ()
 
 
-def allowed_actions(
-    aggregate: OrderAggregate, principal: Principal, ctx: Context
-) -> tuple[str, ...]:
+def allowed_actions(aggregate: OrderAggregate, principal: Principal) -> tuple[str, ...]:
     """The actions `principal` may ask of the order now: those its role may ask for (`ROLES`)
-    whose decision, tried on the aggregate, neither refuses nor leaves the order as it is.
-
-    The decisions are the commands themselves, so this never disagrees with what a request
-    would get; nothing is written, and ids come from a scratch source, not the service's.
-    """
-    scratch = attrs.evolve(ctx, new_id=lambda: _SCRATCH_ID)
-    idem = ApiIdempotency(principal.user_id, "", "", "", _SCRATCH_ID, scratch.now)
-    decisions: dict[str, Callable[[], bool]] = {
-        "cancel": lambda: commands.cancel(aggregate, scratch)[1] != "unchanged",
-        "retry": lambda: bool(commands.retry(aggregate, principal, scratch)),
-        "reconcile": lambda: bool(commands.reconcile(aggregate, principal, scratch)),
-        "refund": lambda: bool(
-            commands.request_refund(aggregate, principal, None, "", idem, scratch)
-        ),
+    that pass the checks the commands themselves make first (`commands.cancel_at`, `retry_of`,
+    `check_reconcile`, `check_refund`), so this never disagrees with what a request would get.
+    An action that would change nothing (cancelling a cancelled order, refunding what is all
+    refunded) is not listed."""
+    checks: dict[str, Callable[[], object]] = {
+        "cancel": lambda: commands.cancel_at(aggregate),
+        "retry": lambda: commands.retry_of(aggregate, principal),
+        "reconcile": lambda: commands.check_reconcile(aggregate),
+        "refund": lambda: commands.check_refund(aggregate, None),
     }
     allowed = []
     for action, use_case in ACTIONS.items():
-        if principal.role not in ROLES[use_case]:
-            continue
-        try:
-            if decisions[action]():
-                allowed.append(action)
-        except OrderflowError:
-            continue
+        if principal.role in ROLES[use_case] and _passes(checks[action]):
+            allowed.append(action)
     return tuple(allowed)
+
+
+def _passes(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except OrderflowError:
+        return False
+    return True
 
 
 def hash_token(token: str) -> str:
@@ -202,7 +197,7 @@ class OrderService:
             return await self._view(replay, principal), True
         assert change.order is not None
         created = OrderAggregate(change.order, change.steps, change.refunds)
-        actions = allowed_actions(created, principal, ctx)
+        actions = allowed_actions(created, principal)
         return OrderView(created, change.history, actions), False
 
     async def _replay(self, principal: Principal, scope: str, key: str, digest: str) -> UUID | None:
@@ -219,7 +214,7 @@ class OrderService:
         if found is None:
             raise NotFound(f"order {order_id} not found")
         aggregate, history = found
-        actions = allowed_actions(aggregate, principal, self._ctx(principal))
+        actions = allowed_actions(aggregate, principal)
         return OrderView(aggregate, tuple(history), actions)
 
     async def _visible(self, principal: Principal, order_id: UUID) -> OrderAggregate:
