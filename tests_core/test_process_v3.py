@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
-from orderflow_core import Item, OrderState, StepKind
-from orderflow_core.process import PROCESSES, process_for
+from orderflow_core import Item, OrderState, StepKind, process
+from orderflow_core.process import EDGES_V1, PROCESSES, THEN_V1, Process, process_for
 from orderflow_core.steps.registry import STEPS, current_step, services_needed
 from tests_core import fraud_check
 from tests_core.world import CUSTOMER, OPERATOR, World
@@ -111,3 +112,13 @@ def test_version_3_touches_no_product_file() -> None:
         and "fraud" in path.read_text(encoding="utf-8")
     ]
     assert naming == []
+
+
+def test_a_version_names_only_kinds_it_runs_and_is_defined_once() -> None:
+    with pytest.raises(ValueError, match="sequences kinds it does not run"):
+        Process(9, "x", EDGES_V1, frozenset({StepKind.RESERVE}), then=THEN_V1)
+    with pytest.raises(ValueError, match="already defined"):
+        process.add(attrs.evolve(process_for(2), summary="another version 2"))
+    with pytest.raises(ValueError, match="package's own"):
+        process.remove(1)
+    assert set(PROCESSES) == {1, 2}
