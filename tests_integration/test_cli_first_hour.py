@@ -170,7 +170,7 @@ def test_version_prints_the_installed_version(module: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {metadata.version('durable-orderflow')}"
 
 
 @pytest.fixture
@@ -191,7 +191,7 @@ def test_without_the_service_extras_the_command_says_which_extra_to_install(
     done = run_cli(args, without_service_extras)
     assert done.returncode == 2
     _assert_one_clean_line(
-        output_lines(done), "aiohttp is not installed", "pip install 'orderflow[all]'"
+        output_lines(done), "aiohttp is not installed", "pip install 'durable-orderflow[all]'"
     )
 
 
@@ -200,7 +200,7 @@ def test_without_the_service_extras_version_still_answers(
 ) -> None:
     done = run_cli(["--version"], without_service_extras)
     assert done.returncode == 0
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {metadata.version('durable-orderflow')}"
 
 
 @pytest.mark.postgres
