@@ -4,6 +4,7 @@ bad configuration, and a restart after SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from processes import (
     eventually,
     free_port,
     http,
+    run_cli,
 )
 
 from orderflow_core import Item, OrderService, Principal, Role, SystemClock
@@ -166,3 +168,75 @@ def test_sigterm_finishes_in_flight_steps_and_exits_zero(procs: list[Proc], pg_u
     assert _count(pg_url, live) == 0
     unfinished = "SELECT count(*) FROM step_attempts WHERE finished_at IS NULL"
     assert _count(pg_url, unfinished) == 0
+
+
+def _postmaster(pgdata: Path) -> int:
+    """The pid of the embedded server running on `pgdata` (first line of postmaster.pid)."""
+    return int((pgdata / "postmaster.pid").read_text().split()[0])
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_sighup_stops_serve_cleanly_and_a_sigkilled_owners_server_is_stopped_after_restart(
+    procs: list[Proc], tmp_path: Path
+) -> None:
+    # Closing the terminal sends SIGHUP. A SIGKILLed owner leaves its embedded server running;
+    # the next start adopts it, and the SIGHUP stop of that start stops it.
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    first, _ = _serve(procs, home)
+    first.kill()
+    orphan = _postmaster(pgdata)
+    assert _running(orphan)  # what the restart has to clean up
+    second, api = _serve(procs, home)
+    assert _postmaster(pgdata) == orphan  # adopted, not a second server on the same data
+    _, order = http("POST", f"{api}/api/v1/orders", ORDER, **AUTH, **{"Idempotency-Key": "hup"})
+    second.popen.send_signal(signal.SIGHUP)
+    assert second.popen.wait(timeout=60) == 0
+    second.wait_for(r"^orderflow stopped: ", timeout_s=5)
+    assert not (pgdata / "postmaster.pid").exists()
+    eventually(lambda: not _running(orphan), timeout_s=30, what="the embedded server's exit")
+    with pytest.raises(OSError):  # nothing listens on the API's port any more
+        http("GET", f"{api}/healthz")
+    assert order["order_id"]
+
+
+def test_commands_in_a_subdirectory_use_the_projects_embedded_database_and_elsewhere_refuse(
+    procs: list[Proc], tmp_path: Path
+) -> None:
+    project = tmp_path / "shop"
+    deep = project / "src" / "deep"
+    elsewhere = tmp_path / "elsewhere"
+    deep.mkdir(parents=True)
+    elsewhere.mkdir()
+    env = base_env(ORDERFLOW_HTTP_PORT="0", ORDERFLOW_MOCKS_PORT=str(free_port()))
+    proc = Proc("serve", env, cwd=project)  # no ORDERFLOW_HOME: ./.orderflow of the project
+    procs.append(proc)
+    api = proc.wait_for(r"orderflow API: (http://\S+)/api/v1", timeout_s=120).group(1)
+    said = proc.wait_for(r"^database: embedded under (\S+)").group(1)
+    assert Path(said) == project / ".orderflow"
+
+    added = run_cli(["user", "add", "bob", "--role", "operator"], env, cwd=deep)
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    # The running service sees bob: the command found the project's database from below.
+    status, _ = http("GET", f"{api}/api/v1/events?after=0&limit=1", Authorization=f"Bearer {token}")
+    assert status == 200
+    assert not (deep / ".orderflow").exists()
+
+    refused = run_cli(["user", "add", "carol", "--role", "operator"], env, cwd=elsewhere)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("orderflow user add: no embedded database under "), line
+    assert str(elsewhere / ".orderflow") in line
+    assert "ORDERFLOW_HOME" in line
+    assert not (elsewhere / ".orderflow").exists()  # no second, empty database made
+    assert proc.terminate() == 0

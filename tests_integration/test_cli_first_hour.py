@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
+import psycopg
 import pytest
 from processes import Proc, base_env, free_port, output_lines, run_cli
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -157,6 +158,41 @@ def test_a_service_port_in_use_names_the_variable_to_change(
     assert done.stderr.strip().splitlines() == [
         f"orderflow: cannot listen on 127.0.0.1:{busy_port}: the port is in use by another "
         f"program; set {variable} to a free port (0 picks one)"
+    ]
+
+
+@pytest.mark.postgres
+def test_every_busy_port_is_reported_at_once_before_anything_is_printed(pg_url: str) -> None:
+    # Two real listeners hold the API's and the simulated services' ports. No token in the
+    # environment: a start that got as far as seeding would print generated tokens "once".
+    with (
+        socket.create_server(("127.0.0.1", 0)) as api,
+        socket.create_server(("127.0.0.1", 0)) as mocks,
+    ):
+        api_port, mocks_port = api.getsockname()[1], mocks.getsockname()[1]
+        env = {k: v for k, v in base_env(ORDERFLOW_DATABASE_URL=pg_url).items() if "TOKEN" not in k}
+        env.update(ORDERFLOW_HTTP_PORT=str(api_port), ORDERFLOW_MOCKS_PORT=str(mocks_port))
+        done = run_cli(["serve"], env)
+    assert done.returncode == 2
+    assert done.stdout == ""  # no token, no migration, no banner
+    assert done.stderr.strip().splitlines() == [
+        f"orderflow: cannot listen on 127.0.0.1:{api_port}: the port is in use by another "
+        "program; set ORDERFLOW_HTTP_PORT to a free port (0 picks one)",
+        f"orderflow: cannot listen on 127.0.0.1:{mocks_port}: the port is in use by another "
+        "program; set ORDERFLOW_MOCKS_PORT to a free port (0 picks one)",
+    ]
+    with psycopg.connect(pg_url) as conn:  # nothing was seeded either
+        assert conn.execute("SELECT count(*) FROM users").fetchone() == (0,)
+
+
+def test_the_same_port_for_two_servers_is_refused_before_anything_starts() -> None:
+    port = str(free_port())
+    done = run_cli(["serve"], base_env(ORDERFLOW_HTTP_PORT=port, ORDERFLOW_MOCKS_PORT=port))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"orderflow: ORDERFLOW_MOCKS_PORT and ORDERFLOW_HTTP_PORT are both {port}; "
+        "set one of them to another port"
     ]
 
 
