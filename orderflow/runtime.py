@@ -17,7 +17,13 @@ import attrs
 from aiohttp import web
 
 from orderflow import DISTRIBUTION
-from orderflow.config import RELAY_BATCH_S, ConfigError, NatsSettings, Settings
+from orderflow.config import (
+    RELAY_BATCH_S,
+    ConfigError,
+    NatsSettings,
+    Settings,
+    embedded_database_exists,
+)
 from orderflow.startup import StartupError, check_database, listen_error
 from orderflow_core import Executor, OrderService, Services, SystemClock
 from orderflow_core.errors import StoreUnavailable
@@ -73,6 +79,10 @@ async def database_url(settings: Settings) -> AsyncIterator[str]:
         await check_database(settings.database_url)
         yield settings.database_url
         return
+    if not embedded_database_exists(settings.home):
+        # Said, not silent: a command run in the wrong folder would otherwise make a second,
+        # empty database without anyone noticing.
+        log.info("creating an embedded PostgreSQL under %s", settings.home.resolve())
     url = await asyncio.to_thread(start_embedded, settings.home)
     try:
         yield url

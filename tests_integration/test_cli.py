@@ -222,6 +222,7 @@ def test_commands_in_a_subdirectory_use_the_projects_embedded_database_and_elsew
     api = proc.wait_for(r"orderflow API: (http://\S+)/api/v1", timeout_s=120).group(1)
     said = proc.wait_for(r"^database: embedded under (\S+)").group(1)
     assert Path(said) == project / ".orderflow"
+    assert any(f"creating an embedded PostgreSQL under {said}" in line for line in proc.lines)
 
     added = run_cli(["user", "add", "bob", "--role", "operator"], env, cwd=deep)
     assert added.returncode == 0, added.stderr
