@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -132,6 +133,16 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
+def _say(line: str) -> None:
+    """Print the last line of a stop; when the terminal is gone (a closed window sends SIGHUP,
+    then writing to it fails) the line is dropped, not turned into a failed exit."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        # The old stream keeps the unwritable line; the interpreter's exit flushes this one.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - open for the rest of the process
+
+
 async def _migrate(url: str) -> None:
     for name in await migrate(url):
         print(f"applied migration {name}", flush=True)
@@ -162,7 +173,7 @@ async def serve(settings: Settings) -> None:
                 left = await runtime.run_workers(
                     store, services, settings, PgWakeUps(url), stop, telemetry
                 )
-    print(f"orderflow stopped: {left}", flush=True)
+    _say(f"orderflow stopped: {left}")
 
 
 async def worker(settings: Settings) -> None:
@@ -184,7 +195,7 @@ async def worker(settings: Settings) -> None:
                 left = await runtime.run_workers(
                     store, services, settings, PgWakeUps(url), stop, telemetry
                 )
-    print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
+    _say(f"orderflow worker {settings.worker_id} stopped: {left}")
 
 
 async def api(settings: Settings) -> None:

@@ -4,7 +4,13 @@ bad configuration, and a restart after SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import re
+import select
 import signal
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -241,3 +247,43 @@ def test_commands_in_a_subdirectory_use_the_projects_embedded_database_and_elsew
     assert "ORDERFLOW_HOME" in line
     assert not (elsewhere / ".orderflow").exists()  # no second, empty database made
     assert proc.terminate() == 0
+
+
+def _read_until(fd: int, pattern: str, timeout_s: float) -> str:
+    """What the terminal shows until a line matches `pattern` (a deadline, no sleep)."""
+    seen = ""
+    deadline = time.monotonic() + timeout_s
+    while not re.search(pattern, seen, re.MULTILINE):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {pattern!r} on the terminal; it showed:\n{seen}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    return seen
+
+
+def test_closing_the_terminal_stops_serve_and_its_embedded_server(tmp_path: Path) -> None:
+    # A real terminal: serve runs on a pseudo-terminal as its session's controlling terminal;
+    # closing the terminal's side (what closing the window does) makes the kernel send SIGHUP.
+    home = tmp_path / "home"
+    env = base_env(
+        ORDERFLOW_HOME=str(home), ORDERFLOW_HTTP_PORT="0", ORDERFLOW_MOCKS_PORT=str(free_port())
+    )
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: becomes `orderflow serve` at once
+        os.execve(sys.executable, [sys.executable, "-m", "orderflow.cli", "serve"], env)
+    try:
+        shown = _read_until(terminal, r"^database: embedded under ", timeout_s=120)
+        assert "orderflow API: http://" in shown
+        postmaster = _postmaster(home / "pgdata")
+    finally:
+        os.close(terminal)  # the terminal goes away
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        assert time.monotonic() < deadline, "serve did not stop when its terminal closed"
+        select.select([], [], [], 0.05)  # a polling interval, not a wait for a condition
+    status = ended[1]
+    assert os.WIFEXITED(status), f"serve died of signal {os.WTERMSIG(status)}"
+    assert os.WEXITSTATUS(status) == 0
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+    eventually(lambda: not _running(postmaster), timeout_s=30, what="the embedded server's exit")
