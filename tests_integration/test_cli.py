@@ -269,12 +269,18 @@ def test_closing_the_terminal_stops_serve_and_its_embedded_server(tmp_path: Path
     env = base_env(
         ORDERFLOW_HOME=str(home), ORDERFLOW_HTTP_PORT="0", ORDERFLOW_MOCKS_PORT=str(free_port())
     )
+    for variable in ("ORDERFLOW_CUSTOMER_TOKEN", "ORDERFLOW_OPERATOR_TOKEN"):
+        del env[variable]  # a newcomer's first start: tokens generated and shown once
     pid, terminal = pty.fork()
     if pid == 0:  # the child: becomes `orderflow serve` at once
         os.execve(sys.executable, [sys.executable, "-m", "orderflow.cli", "serve"], env)
     try:
         shown = _read_until(terminal, r"^database: embedded under ", timeout_s=120)
         assert "orderflow API: http://" in shown
+        # The banner says where the console is and where the operator's token came from.
+        assert re.search(r"^operator console: http://\S+/console ", shown, re.MULTILINE)
+        assert "generated token for order_operator (shown once" in shown
+        assert "operator token: printed above at the first start" in shown
         postmaster = _postmaster(home / "pgdata")
     finally:
         os.close(terminal)  # the terminal goes away
