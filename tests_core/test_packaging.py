@@ -107,6 +107,8 @@ def test_the_testing_extra_installs_what_the_kit_and_its_readme_example_need() -
     core = _requirement_names(PROJECT["dependencies"])
     assert _third_party_imports(ROOT / "orderflow_testing") <= testing | core
     # README's example ends in a TestCase that "pytest collects": the extra brings pytest.
-    readme = (ROOT / "README.md").read_text().split("### Property-testing your own store")[1]
-    assert "pytest collects" in readme.split("###")[0]
+    heading = "### Property-testing your own store"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    [page] = [p.read_text() for p in pages if heading in p.read_text()]
+    assert "pytest collects" in page.split(heading)[1].split("\n#")[0]
     assert "pytest" in testing
