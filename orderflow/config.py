@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from orderflow_core import RetryPolicy, Timing
 from orderflow_core.process import NEWEST, PROCESSES
 from orderflow_core.relay import worst_redelivery_delay_s
-from orderflow_core.states import StepKind
+from orderflow_core.steps.registry import services_needed
 
 T = TypeVar("T")
 
@@ -372,7 +372,8 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
     and a one-line error for a version that needs one."""
     if not settings.external_services or settings.notifications_url is not None:
         return settings
-    needs = {v for v, p in PROCESSES.items() if StepKind.NOTIFY_CUSTOMER in p.steps}
+    # What each version needs is what its step kinds call (their definitions say).
+    needs = {v for v in PROCESSES if "notifications" in services_needed(v)}
     if settings.process_version not in needs:
         return settings
     if explicit:

@@ -32,8 +32,8 @@ from orderflow_core import (
     commands,
     saga,
 )
-from orderflow_core.payment import ChargeRequest, StatusRequest
 from orderflow_core.steps.definition import CallPlan
+from orderflow_core.steps.payment import ChargeRequest, StatusRequest
 from orderflow_core.steps.release import ReleaseRequest
 from tests_core.world import OPERATOR, World
 
