@@ -8,6 +8,10 @@ from __future__ import annotations
 # `orderflow --version` prints it. CHANGELOG.md has a section per version.
 __version__ = "0.1.0"
 
+# The distribution's name on the package index (what `pip install` takes): `orderflow` there is an
+# unrelated project. The import packages and the `orderflow` command keep their names.
+DISTRIBUTION = "durable-orderflow"
+
 
 def version() -> str:
     """This release's version (what `orderflow --version` prints)."""

@@ -99,6 +99,26 @@ class Settings:
         return configured or f"http://127.0.0.1:{self.mocks_port}"
 
 
+# The embedded database's folder when ORDERFLOW_HOME is unset: the nearest one in the current
+# directory or a parent (so every command run anywhere inside a project finds the database that
+# `orderflow serve` made at its top), else one in the current directory.
+HOME_FOLDER = ".orderflow"
+
+
+def find_home(start: Path) -> Path:
+    """The nearest `.orderflow` folder in `start` or one of its parents, else `start/.orderflow`
+    (where `serve` creates it; `orderflow user` refuses to, see `embedded_database_exists`)."""
+    for folder in (start, *start.parents):
+        if (folder / HOME_FOLDER).is_dir():
+            return folder / HOME_FOLDER
+    return start / HOME_FOLDER
+
+
+def embedded_database_exists(home: Path) -> bool:
+    """Whether an embedded database was made under `home` (by `serve`, `migrate`, …)."""
+    return (home / "pgdata" / "PG_VERSION").is_file()
+
+
 @attrs.frozen
 class Read:
     """One variable as `load_settings` reads it: its name, its parser and its default (what the
@@ -332,7 +352,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=_get(
             env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
-        home=Path(g("ORDERFLOW_HOME") or "./.orderflow"),
+        home=Path(g("ORDERFLOW_HOME") or find_home(Path.cwd())),
         http_host=g("ORDERFLOW_HTTP_HOST") or "127.0.0.1",
         http_port=_get(env, "ORDERFLOW_HTTP_PORT", _port, 8080),
         mocks_port=_get(env, "ORDERFLOW_MOCKS_PORT", _port, 8081),
@@ -515,7 +535,9 @@ VARIABLE_HELP: Mapping[str, str] = {
     "string. Unset: an embedded PostgreSQL under `ORDERFLOW_HOME` (the fresh-laptop path). "
     "Checked by connecting once before anything else starts.",
     "ORDERFLOW_HOME": "Where the embedded server keeps its data (not under `/root` when run "
-    "as root). Default: `./.orderflow`.",
+    "as root). Default: the nearest `.orderflow` folder in the current directory or above, so "
+    "every command run inside a project finds the one `orderflow serve` made at its top; else "
+    "`./.orderflow`. `orderflow user` never creates one.",
     "ORDERFLOW_HTTP_HOST": "The address the REST API (and a worker's own `/metrics`) listens "
     "on. Default: `127.0.0.1`, which exposes nothing beyond this machine until asked.",
     "ORDERFLOW_HTTP_PORT": "The REST API's port (`0` picks a free one).",

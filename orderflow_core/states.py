@@ -147,6 +147,7 @@ class AttemptOutcome(enum.StrEnum):
     ABANDONED = "abandoned"  # never reported back (a crash, a lost lease)
     NOT_SENT = "not_sent"  # decided without calling the service
     NOT_CHARGED = "not_charged"  # the provider's status call proved it charged nothing
+    PENDING = "pending"  # a status check answered: the charge is not settled yet
 
 
 class RefundStatus(enum.StrEnum):

@@ -13,7 +13,14 @@ from typing import Any
 
 import attrs
 
-from orderflow_core.attempts import call_for, finish_attempt, retry_or_stop, stop, succeed
+from orderflow_core.attempts import (
+    call_for,
+    finish_attempt,
+    relabel_attempt,
+    retry_or_stop,
+    stop,
+    succeed,
+)
 from orderflow_core.attention import stopped as stopped_attention
 from orderflow_core.draft import Draft
 from orderflow_core.model import Attempt, OrderAggregate, Step
@@ -200,9 +207,12 @@ def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
         d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, "payment_failed")
     elif status == "pending":
+        step = relabel_attempt(d, step, AttemptOutcome.PENDING, "charge pending")
         retry_or_stop(d, step, Transient("charge pending"))
     else:
-        retry_or_stop(d, step, Broken(f"unexpected status {status!r}"))
+        problem = f"unexpected status {status!r}"
+        step = relabel_attempt(d, step, AttemptOutcome.BROKEN, problem)
+        retry_or_stop(d, step, Broken(problem))
 
 
 def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
