@@ -4,7 +4,9 @@ Runs inside bench/.peer-venv (never imported by orderflow):
     python bench/peer_chains.py SYSTEM DB_URL MOCKS_URL ORDERS CONCURRENCY
 with SYSTEM one of pgqueuer (psycopg driver), pgqueuer-asyncpg, procrastinate.
 Each job calls the same simulated service our executor calls (same idempotency headers), then
-enqueues the next job. Prints one JSON line: chains/s, chain latency percentiles.
+enqueues the next job. Prints `{"load": "start"}` before the first enqueue and `{"load": "end"}`
+when the last chain is done (the bench reads the processes' CPU at both), then one JSON line:
+chains/s, chain latency percentiles.
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ class Chains:
             if len(self.latencies) >= self.orders and not self.finished.is_set():
                 self.finished_at = time.time()
                 self.finished.set()
+                print(json.dumps({"load": "end"}), flush=True)
 
 
 def _batches(chains: Chains) -> list[list[dict[str, Any]]]:
+    print(json.dumps({"load": "start"}), flush=True)  # the bench reads the CPU counters here
     chains.started = time.time()
     orders = chains.orders
     ids = [str(uuid.uuid4()) for _ in range(orders)]

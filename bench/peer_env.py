@@ -15,6 +15,7 @@ PACKAGES = (
     "pgqueuer==1.6.0",
     "asyncpg>=0.29",
     "procrastinate==3.10.0",
+    "dbos==3.4.0",
     "psycopg[binary]>=3.2",
     "aiohttp>=3.10",
     "matplotlib>=3.8",
