@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -27,6 +28,13 @@ from typing import Any
 
 import aiohttp
 import psycopg
+
+
+def _cpu_s() -> float:
+    """This process's CPU so far (all its threads), for the bench's load markers."""
+    t = os.times()
+    return t.user + t.system
+
 
 ITEMS = [{"sku": "SKU-BENCH-1", "quantity": 2}, {"sku": "SKU-BENCH-2", "quantity": 1}]
 STEPS = (
@@ -116,11 +124,11 @@ async def main(url: str, mocks: str, orders: int, concurrency: int) -> None:
                         failures += 1
                     latencies.append(time.monotonic() - began)
 
-            print(json.dumps({"load": "start"}), flush=True)
+            print(json.dumps({"load": "start", "cpu_s": _cpu_s()}), flush=True)
             started = time.monotonic()
             await asyncio.gather(*(slot() for _ in range(concurrency)))
             elapsed = time.monotonic() - started
-            print(json.dumps({"load": "end"}), flush=True)
+            print(json.dumps({"load": "end", "cpu_s": _cpu_s()}), flush=True)
         writing.cancel()
     print(json.dumps({
         "system": "floor",

@@ -22,7 +22,7 @@ FLOOR = "floor"
 DBOS_POLLING_S = 0.01
 # Its mode: `async` workflows and steps on one event loop, or `sync` ones (threads). Which is
 # faster here is measured (docs/benchmark.md); `--dbos-mode` changes it.
-DBOS_MODE = "sync"
+DBOS_MODE = "async"
 # Workflows enqueued per transaction (1: one enqueue, one transaction, per order).
 DBOS_ENQUEUE_BATCH = 100
 POLL_S = 0.05
@@ -44,13 +44,21 @@ def argv_for(system: str, db_url: str, mocks_url: str, orders: int, concurrency:
     return [str(peer_env.python()), str(SCRIPT), system, *common]
 
 
-def _markers(log: Path) -> set[str]:
-    """The `{"load": …}` lines a peer printed so far."""
-    found = set()
+def _markers(log: Path) -> dict[str, float]:
+    """The `{"load": …, "cpu_s": …}` lines a peer printed so far: its own CPU at each."""
+    found = {}
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith('{"load"'):
-            found.add(json.loads(line)["load"])
+            marker = json.loads(line)
+            found[marker["load"]] = float(marker["cpu_s"])
     return found
+
+
+def _read(mocks: launch.Node, pg: cpu.Postgres, worker_cpu_s: float) -> cpu.Reading:
+    """The mocks' and PostgreSQL's CPU now, with the peer's own as it printed it (exact even
+    when the peer exits before the next look at its log)."""
+    reading = cpu.read({"mocks": mocks}, pg)
+    return cpu.Reading(reading.at, {**reading.cpu_s, "worker": worker_cpu_s})
 
 
 async def run(
@@ -58,8 +66,8 @@ async def run(
     options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One peer run: its own fresh database, its own mocks process, one worker process. The
-    CPU of the worker, the mocks and PostgreSQL is read when it prints `{"load": "start"}`
-    and `{"load": "end"}` (every POLL_S)."""
+    CPU of the mocks and PostgreSQL is read when the peer prints `{"load": "start"}` and
+    `{"load": "end"}` (its log is looked at every POLL_S), the peer's own is in the line."""
     name = f"peer_{system.replace('-', '_')}_{latency}"
     dbname = f"{setup.db_prefix}{name}"
     db_url = pgadmin.create_database(setup.server_url, dbname)
@@ -72,14 +80,15 @@ async def run(
         await launch.wait_for_port(mocks, port)
         argv = argv_for(system, db_url, f"http://127.0.0.1:{port}", orders, concurrency, options)
         worker = launch.Node(f"{name}-worker", argv, {})
-        nodes = {"worker": worker, "mocks": mocks}
         deadline = time.monotonic() + setup.timeout_s + 60
         rss = 0.0
         while worker.proc.poll() is None and time.monotonic() < deadline:
             rss = max(rss, worker.peak_rss_mib())
-            for marker in _markers(worker.log_path) - set(readings):
-                readings[marker] = cpu.read(nodes, pg)
+            for marker, used in _markers(worker.log_path).items():
+                readings.setdefault(marker, _read(mocks, pg, used))
             await asyncio.sleep(POLL_S)
+        for marker, used in _markers(worker.log_path).items():  # printed in the last POLL_S
+            readings.setdefault(marker, _read(mocks, pg, used))
         if worker.proc.poll() is None:
             worker.stop()
             return {"system": system, "mocks_latency_ms": latency, "error": "timed out"}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -34,6 +35,13 @@ from typing import Any
 import aiohttp
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions
+
+
+def _cpu_s() -> float:
+    """This process's CPU so far (all its threads), for the bench's load markers."""
+    t = os.times()
+    return t.user + t.system
+
 
 ITEMS = [{"sku": "SKU-BENCH-1", "quantity": 2}, {"sku": "SKU-BENCH-2", "quantity": 1}]
 TIMEOUT_S = 900.0
@@ -78,7 +86,7 @@ class Calls:
             self.latencies.append(time.time() - t0)
             if len(self.latencies) >= self.orders and not self.done.is_set():
                 self.finished_at = time.time()
-                print(json.dumps({"load": "end"}), flush=True)
+                print(json.dumps({"load": "end", "cpu_s": _cpu_s()}), flush=True)
                 self.done.set()
 
 
@@ -185,7 +193,7 @@ async def main(url: str, mocks: str, orders: int, concurrency: int, polling_s: f
             QUEUE, worker_concurrency=concurrency, polling_interval_sec=polling_s)
         flow: Any = order_async if mode == "async" else order_sync
         ids = [str(uuid.uuid4()) for _ in range(orders)]
-        print(json.dumps({"load": "start"}), flush=True)
+        print(json.dumps({"load": "start", "cpu_s": _cpu_s()}), flush=True)
         started = time.time()
         if enqueue_batch > 1:
             await asyncio.to_thread(_enqueue_batches, url, flow.__qualname__, ids, enqueue_batch)
