@@ -53,7 +53,7 @@ def versions() -> dict[str, str]:
     """Installed versions of the peers, as the report names them."""
     code = (
         "import importlib.metadata as m, json;"
-        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'psycopg', 'aiohttp');"
+        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'dbos', 'psycopg', 'aiohttp');"
         "print(json.dumps({p: m.version(p) for p in names}))"
     )
     done = subprocess.run([str(python()), "-c", code], capture_output=True, text=True,
