@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import signal
 import sys
 import time
 from typing import Any
@@ -110,6 +111,8 @@ async def main_async(args: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM unwinds like Ctrl-C, so the started processes and databases are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     extra = {"--low-load": 0.0, "--low-load-seconds": 20.0, "--low-load-top": 150.0,
              "--idle-seconds": 0.0}
     argv = list(sys.argv[1:] if argv is None else argv)
