@@ -125,6 +125,11 @@ def sizes(conn: psycopg.Connection[Any]) -> dict[str, dict[str, int]]:
     return out
 
 
+def exact(conn: psycopg.Connection[Any], table: str) -> int:
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()
+    return int(row[0]) if row else 0
+
+
 def claim_ms(conn: psycopg.Connection[Any], runs: int = 20) -> float:
     """Median time of claim_due with nothing due (the candidates' index reads on this database)."""
     times = []
@@ -189,11 +194,29 @@ async def history(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  {label}: {figures['orders_per_s']} orders/s, POST p99 "
                       f"{figures['post_latency_ms']['p99']} ms, GET p99 {figures['get_p99_ms']} "
                       f"ms, claim {figures['claim_ms']} ms", flush=True)
+        if "prune-impact" in args.long_horizon_parts:
+            # The history database again, with every worker pruning each second under a 10-minute
+            # retention: the cloned history (all older) is archived and removed during the load.
+            figures = await measured(old, "history_pruning", args, history_db=True,
+                                     env=pruning_env(args))
+            figures["db"] = "history, pruning every second"
+            results["runs"].append(figures)
+            print(f"  history+pruning: {figures['orders_per_s']} orders/s, POST p99 "
+                  f"{figures['post_latency_ms']['p99']} ms, orders left "
+                  f"{figures['sizes']['orders']['rows']}", flush=True)
     finally:
         pgadmin.drop_database(args.database_url, big)
         pgadmin.drop_database(args.database_url, setup.template)
     results["load_average_at_end"] = machine.load_average()
     return results
+
+
+def pruning_env(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "ORDERFLOW_PRUNE_INTERVAL_S": "1", "ORDERFLOW_RETENTION_ORDERS": "600s",
+        "ORDERFLOW_RETENTION_FEED": "600s", "ORDERFLOW_RETENTION_IDEMPOTENCY": "600s",
+        "ORDERFLOW_RETENTION_AUDIT": "600s", "ORDERFLOW_ARCHIVE_DIR": args.archive_dir,
+    }
 
 
 async def measured(
@@ -206,7 +229,7 @@ async def measured(
     async def after(db_url: str, api_url: str) -> None:
         with psycopg.connect(db_url, autocommit=True) as conn:
             ids = [str(r[0]) for r in conn.execute(
-                "SELECT order_id FROM orders TABLESAMPLE SYSTEM (1) LIMIT 2000")]
+                "SELECT order_id FROM orders ORDER BY random() LIMIT 2000")]
             extra["claim_ms"] = claim_ms(conn)
             extra["sizes"] = sizes(conn)
         extra["get_p99_ms"] = await get_p99_ms(api_url, setup.operator_token, ids)
@@ -234,11 +257,7 @@ async def prune_impact(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("VACUUM (ANALYZE)")
         pgadmin.wait_no_sessions(args.database_url, big)
         s = attrs.evolve(setup, template=big)
-        pruning = {
-            "ORDERFLOW_PRUNE_INTERVAL_S": "1", "ORDERFLOW_RETENTION_ORDERS": "600s",
-            "ORDERFLOW_RETENTION_FEED": "600s", "ORDERFLOW_RETENTION_IDEMPOTENCY": "600s",
-            "ORDERFLOW_RETENTION_AUDIT": "600s", "ORDERFLOW_ARCHIVE_DIR": args.archive_dir,
-        }
+        pruning = pruning_env(args)
         for i in range(args.pairs or 1):
             for label, env in (("off", {"ORDERFLOW_PRUNE_INTERVAL_S": "0"}), ("pruning", pruning)):
                 figures = await measured(s, f"prune_{label}{i}", args, history_db=True, env=env)
@@ -279,11 +298,14 @@ async def year(args: argparse.Namespace) -> dict[str, Any]:
                 report = await pruner.run()
                 assert report is not None
                 if day % 7 == 6:
-                    week = {"day": day + 1, "sizes": {
-                        t: v["table_bytes"] + v["index_bytes"] for t, v in sizes(conn).items()},
-                        "rows": {t: v["rows"] for t, v in sizes(conn).items()},
-                        "pruned_orders_last_day": report.orders, "wall_s": round(
-                            time.monotonic() - began, 1)}
+                    conn.execute("ANALYZE")
+                    seen = sizes(conn)
+                    week = {"day": day + 1,
+                            "bytes": {t: v["table_bytes"] + v["index_bytes"]
+                                      for t, v in seen.items()},
+                            "rows": {t: exact(conn, t) for t in TABLES},
+                            "pruned_orders_last_day": report.orders,
+                            "wall_s": round(time.monotonic() - began, 1)}
                     weeks.append(week)
                     print(f"  day {day + 1}: rows {week['rows']}", flush=True)
     finally:
@@ -440,7 +462,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if "history" in parts:
         print(f"history: {args.long_horizon} orders against {args.prefill}", flush=True)
         results["history"] = await history(args)
-    if "prune-impact" in parts:
+    if "prune-impact" in parts and "history" not in parts:
         print("prune-impact: pruning every second against off", flush=True)
         results["prune_impact"] = await prune_impact(args)
     if "year" in parts:

@@ -184,18 +184,16 @@ class Pruner:
         self._checkpoint = _checkpoint()
 
     async def run(
-        self, *, dry_run: bool = False, older_than_s: float | None = None, wait: bool = False
+        self, *, dry_run: bool = False, older_than_s: float | None = None
     ) -> PruneReport | None:
-        """One pass; None when another pruner holds the lock (with `wait`, wait for it)."""
+        """One pass; None (and nothing done) when another pruner holds the lock."""
         options = f"-c statement_timeout={PRUNE_STATEMENT_TIMEOUT_S * 1000} -c TimeZone=UTC"
         connect = psycopg.AsyncConnection.connect(
             self._url, autocommit=True, connect_timeout=10, options=options
         )
         async with await connect as conn:
             lock = {"lock_key": PRUNE_LOCK_KEY}
-            if wait:
-                await conn.execute("SELECT pg_advisory_lock(%(lock_key)s)", lock)
-            elif not (await _one(conn, "prune_lock", lock))["locked"]:
+            if not (await _one(conn, "prune_lock", lock))["locked"]:
                 return None
             try:
                 return await _Pass(
