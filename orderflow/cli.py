@@ -1,4 +1,4 @@
-"""`orderflow serve | worker | api | migrate | seed | mocks | user`."""
+"""`orderflow serve | worker | api | migrate | seed | mocks | user | prune | archive`."""
 
 from __future__ import annotations
 
