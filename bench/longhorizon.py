@@ -291,13 +291,15 @@ async def year(args: argparse.Namespace) -> dict[str, Any]:
             pruner = Pruner(url, clock, policy, Path(args.archive_dir))
             templates = conn.execute("SELECT count(*) FROM template_ids").fetchone()[0]  # type: ignore[index]
             began = time.monotonic()
-            for day in range(args.year_days):
-                clock.advance(DAY_S)
-                # A day of orders: the template orders (kept aside) cloned at that day's times.
-                add_day(conn, per_day // templates, clock.now(), day)
+            step_days = args.year_step_days
+            for day in range(step_days - 1, args.year_days, step_days):
+                clock.advance(DAY_S * step_days)
+                # The step's orders: the template orders (kept aside) cloned at its times.
+                add_day(conn, per_day * step_days // templates, clock.now(), day,
+                        span_s=DAY_S * step_days)
                 report = await pruner.run()
                 assert report is not None
-                if day % 7 == 6:
+                if (day + 1) % 7 == 0 or step_days >= 7:
                     conn.execute("ANALYZE")
                     seen = sizes(conn)
                     week = {"day": day + 1,
@@ -314,11 +316,14 @@ async def year(args: argparse.Namespace) -> dict[str, Any]:
     return {"orders_per_simulated_day": per_day, "weeks": weeks}
 
 
-def add_day(conn: psycopg.Connection[Any], copies: int, day_end: datetime, day: int) -> None:
+def add_day(
+    conn: psycopg.Connection[Any], copies: int, day_end: datetime, day: int,
+    span_s: float = DAY_S,
+) -> None:
     """`copies` clones of the template orders spread over the simulated day ending `day_end`.
     The templates are the first orders; their own rows are moved aside once (kept in a shadow
     schema) so the clones of each day come from them alone."""
-    if day == 0:
+    if not conn.execute("SELECT to_regclass('shadow.orders')").fetchone()[0]:  # type: ignore[index]
         conn.execute("CREATE SCHEMA IF NOT EXISTS shadow")
         for table in TABLES:
             conn.execute(sql.SQL("CREATE TABLE shadow.{t} AS SELECT * FROM {t}").format(
@@ -329,7 +334,7 @@ def add_day(conn: psycopg.Connection[Any], copies: int, day_end: datetime, day: 
     row = conn.execute("SELECT max(updated_at) FROM shadow.orders").fetchone()
     assert row is not None
     lag = (row[0] - day_end).total_seconds()
-    step = DAY_S / copies
+    step = span_s / copies
     for table in TABLES:
         cols = [c for c in _columns(conn, table) if not c[2]]
         exprs = []
@@ -446,6 +451,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--year-rate", type=float, default=0.01,
                    help="simulated orders per simulated second (scaled down from 100)")
     p.add_argument("--year-days", type=int, default=365)
+    p.add_argument("--year-step-days", type=int, default=1,
+                   help="simulated days between prune passes (orders added per step)")
     p.add_argument("--year-template-orders", type=int, default=24)
     p.add_argument("--partition-rows", type=int, default=2_000_000)
     p.add_argument("--archive-dir", default="/tmp/orderflow-bench-archive")
@@ -459,9 +466,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if "partition" in parts:
         print("partition: DELETE against DROP PARTITION", flush=True)
         results["partition"] = partition(args)
+        _save(args, results)
     if "history" in parts:
         print(f"history: {args.long_horizon} orders against {args.prefill}", flush=True)
         results["history"] = await history(args)
+        _save(args, results)
     if "prune-impact" in parts and "history" not in parts:
         print("prune-impact: pruning every second against off", flush=True)
         results["prune_impact"] = await prune_impact(args)
@@ -472,13 +481,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def _save(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Write what is measured so far (a later part failing keeps the earlier ones)."""
+    args.long_horizon_out.parent.mkdir(parents=True, exist_ok=True)
+    args.long_horizon_out.write_text(json.dumps(results, indent=1, default=str))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not args.long_horizon:
         args.long_horizon = 1_000_000
     results = asyncio.run(main_async(args))
-    args.long_horizon_out.parent.mkdir(parents=True, exist_ok=True)
-    args.long_horizon_out.write_text(json.dumps(results, indent=1, default=str))
+    _save(args, results)
     print(f"written {args.long_horizon_out}")
 
 

@@ -207,7 +207,12 @@ async def serving_api(
     clock = SystemClock()
     users = CachedUsers(store.users, clock, ttl_s=settings.token_cache_s)
     service = OrderService(
-        store, clock, users, timing=settings.timing, process_version=settings.process_version
+        store,
+        clock,
+        users,
+        timing=settings.timing,
+        process_version=settings.process_version,
+        keyed_order_ids=getattr(store, "distributed", False),  # a PgOrderStore on Citus
     )
 
     async def ready() -> bool:

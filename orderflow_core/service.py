@@ -85,6 +85,7 @@ class OrderService:
         timing: Timing | None = None,
         new_id: Callable[[], UUID] = ids.uuid7,
         process_version: int = NEWEST,
+        keyed_order_ids: bool = False,
     ) -> None:
         self._process_version = process_for(process_version).version
         self._store = store
@@ -92,6 +93,9 @@ class OrderService:
         self._users = users
         self._timing = timing or Timing()
         self._new_id = new_id
+        # On a store distributed by order a create's order takes the id its idempotency key
+        # gives (`ids.keyed_order_id`), so the order and the key are written on one shard.
+        self._keyed_order_ids = keyed_order_ids
 
     def _ctx(self, principal: Principal) -> Context:
         actor = f"{principal.role.value}:{principal.user_id}"
@@ -140,9 +144,10 @@ class OrderService:
         check_items(items, currency)
         digest = fingerprint({"items": [attrs.asdict(i) for i in items], "currency": currency})
         ctx = self._ctx(principal)
-        idem = ApiIdempotency(
-            principal.user_id, "create_order", key, digest, self._new_id(), ctx.now
+        order_id = (
+            ids.keyed_order_id(principal.user_id, key) if self._keyed_order_ids else self._new_id()
         )
+        idem = ApiIdempotency(principal.user_id, "create_order", key, digest, order_id, ctx.now)
         trace_parent = observe.request_trace_parent.get()
         change = commands.create_order(
             principal, items, currency, idem, ctx, trace_parent, self._process_version

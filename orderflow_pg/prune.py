@@ -2,15 +2,16 @@
 
 One pass (`Pruner.run`) works kind by kind, each in bounded batches of their own transactions:
 
-1. the feed: its floor (`outbox_feed.pruned_through`) rises through the newest published event
-   older than the feed's retention, and the events at or below it that no kept order needs are
-   removed (a kept order's transitions are its history and stay with it);
-2. finished orders older than the orders' retention: each batch is locked, written to the
+1. finished orders older than the orders' retention: each batch is locked, written to the
    archive (one JSON line per order, one gzip member per batch, fsynced), then deleted with its
    steps, attempts, refunds, processed event ids and events, and committed. A crash after the
    fsync and before the commit leaves the batch archived and still present: the next pass
    archives it again (readers of the archive keep one line per order id, docs/retention.md);
    nothing is ever removed without being archived first;
+2. the feed: its floor (`outbox_feed.pruned_through`) rises through the newest published event
+   older than the feed's retention, and the events at or below it that no kept order needs are
+   removed (a kept order's transitions are its history and stay with it; a removed order's
+   events above the old floor go now);
 3. idempotency keys older than their TTL;
 4. audit entries older than the audit retention whose order is gone.
 
@@ -245,8 +246,10 @@ class _Pass:
         return self.now - timedelta(seconds=kept_s)
 
     async def run(self) -> PruneReport:
-        await self.feed()
+        # Orders first: a feed backlog (a first pass over months of events) must not hold back
+        # the removal of orders; their events above the floor go in the feed's turn.
         await self.orders()
+        await self.feed()
         await self.idempotency()
         await self.audit()
         return self.report

@@ -16,6 +16,7 @@ from uuid import UUID
 
 import attrs
 
+from orderflow_core import ids
 from orderflow_core.errors import (
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
@@ -364,11 +365,11 @@ class PgOrderStore:
         commit's documents are (`_document`, `_commit`)."""
         if change.idempotency is not None:
             idem = change.idempotency
-            key = {"user_id": idem.user_id, "scope": idem.scope, "key": idem.key}
+            key = _idempotency_key(idem.user_id, idem.scope, idem.key)
             if await fetch_one(conn, "find_idempotency", key) is not None:
                 raise DuplicateIdempotencyKey("idempotency key already used")
         if change.processed_event_id is not None:
-            event = {"event_id": change.processed_event_id}
+            event = {"order_id": aggregate.order.order_id, "event_id": change.processed_event_id}
             if await fetch_one(conn, "is_processed_event", event) is not None:
                 return Written.SKIPPED
         planned = _document(0, aggregate, 0, change, from_copy=False)
@@ -401,7 +402,7 @@ class PgOrderStore:
 
     async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
         """The record a client's idempotency key is bound to, if any."""
-        params = {"user_id": user_id, "scope": scope, "key": key}
+        params = _idempotency_key(user_id, scope, key)
         async with self._db.connection("find_idempotency") as conn:
             row = await fetch_one(conn, "find_idempotency", params)
         return rows.idempotency_from_row(row) if row else None
@@ -667,6 +668,12 @@ def _document(
         doc = expecting(doc, version, before)
     order_id = before.order.order_id
     return doc, _Sent(index, order_id, version, before, change, from_copy, "order" in doc)
+
+
+def _idempotency_key(user_id: str, scope: str, key: str) -> dict[str, Any]:
+    """The parameters of `find_idempotency`: the key and where it is kept."""
+    placement = ids.idempotency_placement(user_id, scope, key)
+    return {"placement": placement, "user_id": user_id, "scope": scope, "key": key}
 
 
 def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
