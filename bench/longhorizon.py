@@ -155,8 +155,10 @@ async def get_p99_ms(api: str, token: str, ids: list[str], n: int = 1000) -> flo
                 began = time.perf_counter()
                 async with session.get(f"{api}/api/v1/orders/{order_id}", headers=headers) as r:
                     await r.read()
-                    assert r.status == 200, r.status
-                lat.append((time.perf_counter() - began) * 1000)
+                    # 404: pruned since it was sampled (the pruning run); not a read of an order
+                    assert r.status in (200, 404), r.status
+                if r.status == 200:
+                    lat.append((time.perf_counter() - began) * 1000)
 
         await asyncio.gather(*(one(random.choice(ids)) for _ in range(n)))
     lat.sort()
@@ -299,6 +301,10 @@ async def year(args: argparse.Namespace) -> dict[str, Any]:
                         span_s=DAY_S * step_days)
                 report = await pruner.run()
                 assert report is not None
+                # Autovacuum's part: in real time it runs many times between two passes; the
+                # compressed year gives it no time, so without this the rows stop growing but
+                # the files do not (the removed rows' space is reused only once vacuumed).
+                conn.execute("VACUUM")
                 if (day + 1) % 7 == 0 or step_days >= 7:
                     conn.execute("ANALYZE")
                     seen = sizes(conn)
