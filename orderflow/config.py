@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from orderflow_core import RetryPolicy, Timing
 from orderflow_core.process import NEWEST, PROCESSES
 from orderflow_core.relay import worst_redelivery_delay_s
-from orderflow_core.states import StepKind
+from orderflow_core.steps.registry import services_needed
 
 T = TypeVar("T")
 
@@ -185,6 +185,26 @@ class Settings:
     def service_url(self, configured: str | None) -> str:
         """A configured base URL, or the built-in simulated services' address."""
         return configured or f"http://127.0.0.1:{self.mocks_port}"
+
+
+# The embedded database's folder when ORDERFLOW_HOME is unset: the nearest one in the current
+# directory or a parent (so every command run anywhere inside a project finds the database that
+# `orderflow serve` made at its top), else one in the current directory.
+HOME_FOLDER = ".orderflow"
+
+
+def find_home(start: Path) -> Path:
+    """The nearest `.orderflow` folder in `start` or one of its parents, else `start/.orderflow`
+    (where `serve` creates it; `orderflow user` refuses to, see `embedded_database_exists`)."""
+    for folder in (start, *start.parents):
+        if (folder / HOME_FOLDER).is_dir():
+            return folder / HOME_FOLDER
+    return start / HOME_FOLDER
+
+
+def embedded_database_exists(home: Path) -> bool:
+    """Whether an embedded database was made under `home` (by `serve`, `migrate`, …)."""
+    return (home / "pgdata" / "PG_VERSION").is_file()
 
 
 def _get(
@@ -403,7 +423,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=_get(
             env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
-        home=Path(g("ORDERFLOW_HOME") or "./.orderflow"),
+        home=Path(g("ORDERFLOW_HOME") or find_home(Path.cwd())),
         http_host=g("ORDERFLOW_HTTP_HOST") or "127.0.0.1",
         http_port=_get(env, "ORDERFLOW_HTTP_PORT", _port, 8080),
         mocks_port=_get(env, "ORDERFLOW_MOCKS_PORT", _port, 8081),
@@ -442,7 +462,8 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
     and a one-line error for a version that needs one."""
     if not settings.external_services or settings.notifications_url is not None:
         return settings
-    needs = {v for v, p in PROCESSES.items() if StepKind.NOTIFY_CUSTOMER in p.steps}
+    # What each version needs is what its step kinds call (their definitions say).
+    needs = {v for v in PROCESSES if "notifications" in services_needed(v)}
     if settings.process_version not in needs:
         return settings
     if explicit:
