@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "at start: give each concurrent bench on one server its own)")
     p.add_argument("--results", type=Path, default=RESULTS,
                    help="where latest.{json,md,png} are written")
+    from bench import longhorizon  # noqa: PLC0415 (it imports this module)
+
+    longhorizon.add_arguments(p)  # --long-horizon N: bench/longhorizon.py instead of the suite
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         p.set_defaults(**QUICK)  # defaults only: options given explicitly still win
     args = p.parse_args(argv)
@@ -342,6 +345,11 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the started processes and databases are cleaned up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args(argv)
+    if args.long_horizon:
+        from bench import longhorizon  # noqa: PLC0415
+
+        longhorizon.main(argv)
+        return
     results = asyncio.run(main_async(args))
     paths = report.write(results, args.results)
     print(f"done in {results['wall_time_s']} s: " + ", ".join(str(p) for p in paths))

@@ -1,9 +1,10 @@
-"""`orderflow serve | worker | api | migrate | seed | mocks | user`."""
+"""`orderflow serve | worker | api | migrate | seed | mocks | user | prune | archive`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -13,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from orderflow import eventloop, logs, runtime, users_cli, version
+from orderflow import eventloop, logs, prune_cli, runtime, users_cli, version
 from orderflow.config import ConfigError, Settings, load_settings, unknown_variable_warnings
 from orderflow.seed import seed_users
 from orderflow.startup import StartupError, listen_error, one_line
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     users_cli.add_parser(sub)
+    prune_cli.add_parsers(sub)
     return parser
 
 
@@ -71,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         return _mocks(settings)
     if args.command == users_cli.COMMAND:
         return users_cli.run(args, settings)
+    if args.command == prune_cli.ARCHIVE:
+        return prune_cli.find(settings, args)
+    if args.command == prune_cli.PRUNE:
+        try:
+            return _run(functools.partial(prune_cli.prune, args=args), settings)
+        except prune_cli.PrunerBusy as exc:
+            print(f"orderflow prune: {exc}", file=sys.stderr)
+            return 1
     runners: dict[str, Callable[[Settings], Coroutine[Any, Any, None]]] = {
         "serve": serve,
         "worker": worker,
@@ -176,9 +186,10 @@ async def serve(settings: Settings) -> None:
             ):
                 _announce(api_url, mocks_url, settings)
                 await runtime.warn_if_autovacuum_off(store)
-                left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
-                )
+                async with prune_cli.scheduled_pruning(url, settings, stop):
+                    left = await runtime.run_workers(
+                        store, services, settings, PgWakeUps(url), stop, telemetry
+                    )
     _say(f"orderflow stopped: {left}")
 
 
@@ -198,9 +209,10 @@ async def worker(settings: Settings) -> None:
                 if metrics_url:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
                 await runtime.warn_if_autovacuum_off(store)
-                left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
-                )
+                async with prune_cli.scheduled_pruning(url, settings, stop):
+                    left = await runtime.run_workers(
+                        store, services, settings, PgWakeUps(url), stop, telemetry
+                    )
     _say(f"orderflow worker {settings.worker_id} stopped: {left}")
 
 

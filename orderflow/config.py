@@ -55,6 +55,89 @@ class HttpLimits:
     max_headers: int = 100
 
 
+# --- Retention (docs/retention.md) -------------------------------------------------------------
+DAY_S = 86400.0
+
+
+@attrs.frozen
+class RetentionSettings:
+    """What `orderflow prune` (and the scheduled pruner in `worker` and `serve`) may remove, and
+    when (ORDERFLOW_RETENTION_*, ORDERFLOW_PRUNE_*, ORDERFLOW_ARCHIVE_DIR); docs/retention.md.
+
+    Each default, with its reason:
+    - orders_s, 90 days: a finished order (terminal state, no open refund, no step left to run,
+      not waiting for a person, every event published) stays readable through the API for a
+      quarter, long enough for the questions customers and support ask about an order; after
+      that it is in the archive. An unfinished or waiting order is never removed.
+    - feed_s, 7 days: a published event stays in GET /api/v1/events a week, so a consumer may be
+      down over a long weekend and resume from its cursor; an older cursor is answered 410
+      `cursor_expired`, never a silent gap. At most orders_s (an order's events go with it).
+    - idempotency_s, 24 hours: an Idempotency-Key is remembered a day, the convention of payment
+      APIs: a client retries within minutes or hours; after that the key is new again (a POST
+      with it creates a new order). At most orders_s.
+    - audit_s, 400 days: the audit log is the compliance record, kept longest (a year and an
+      annual audit's margin); entries outlive their order's removal (they are archived with it
+      too) and are removed by time once their order is gone. At least orders_s.
+    - interval_s, 300 s: how often `worker` and `serve` prune (one pruner at a time across every
+      process, by an advisory lock); 0 turns scheduled pruning off.
+    - batch, 500: orders archived and removed per transaction (rows of other kinds: 10 x this),
+      so no prune transaction holds locks or builds WAL for long.
+    - archive_dir, unset → ORDERFLOW_HOME/archive: where archived orders are written.
+    """
+
+    orders_s: float = 90 * DAY_S
+    feed_s: float = 7 * DAY_S
+    idempotency_s: float = 1 * DAY_S
+    audit_s: float = 400 * DAY_S
+    interval_s: float = 300.0
+    batch: int = 500
+    archive_dir: Path | None = None
+
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
+DURATION_EXPECTED = "expected a duration: a number and a unit s, m, h or d, e.g. 30d, 12h, 0s"
+
+
+def parse_duration(value: str) -> float:
+    """Seconds of a duration like `30d`, `12h`, `15m`, `0s`; ValueError says what is expected."""
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise ValueError(DURATION_EXPECTED)
+    return float(match["n"]) * _UNIT_S[match["unit"]]
+
+
+def _retention(env: Mapping[str, str]) -> RetentionSettings:
+    d = RetentionSettings()
+    kept = RetentionSettings(
+        orders_s=_get(env, "ORDERFLOW_RETENTION_ORDERS", parse_duration, d.orders_s),
+        feed_s=_get(env, "ORDERFLOW_RETENTION_FEED", parse_duration, d.feed_s),
+        idempotency_s=_get(env, "ORDERFLOW_RETENTION_IDEMPOTENCY", parse_duration, d.idempotency_s),
+        audit_s=_get(env, "ORDERFLOW_RETENTION_AUDIT", parse_duration, d.audit_s),
+        interval_s=_get(env, "ORDERFLOW_PRUNE_INTERVAL_S", _non_negative, d.interval_s),
+        batch=_get(env, "ORDERFLOW_PRUNE_BATCH", _positive_int, d.batch),
+        archive_dir=_get(env, "ORDERFLOW_ARCHIVE_DIR", Path, None),
+    )
+    for name, value in (
+        ("ORDERFLOW_RETENTION_FEED", kept.feed_s),
+        ("ORDERFLOW_RETENTION_IDEMPOTENCY", kept.idempotency_s),
+    ):
+        if value > kept.orders_s:
+            raise ConfigError(
+                f"{name}: must be at most ORDERFLOW_RETENTION_ORDERS ({kept.orders_s / DAY_S:g}d),"
+                " since what it keeps refers to orders that are removed after that"
+            )
+    if kept.audit_s < kept.orders_s:
+        raise ConfigError(
+            f"ORDERFLOW_RETENTION_AUDIT: must be at least ORDERFLOW_RETENTION_ORDERS "
+            f"({kept.orders_s / DAY_S:g}d): the audit log is kept longest"
+        )
+    return kept
+
+
+# --- end of retention ----------------------------------------------------------------------------
+
+
 @attrs.frozen
 class Settings:
     """Everything the processes read from the environment, parsed and checked."""
@@ -88,6 +171,12 @@ class Settings:
     metrics_port: int = 0
     notifications_url: str | None = None
     process_version: int = NEWEST
+    retention: RetentionSettings = RetentionSettings()
+
+    @property
+    def archive_dir(self) -> Path:
+        """Where archived orders go: ORDERFLOW_ARCHIVE_DIR, else ORDERFLOW_HOME/archive."""
+        return self.retention.archive_dir or self.home / "archive"
 
     @property
     def external_services(self) -> bool:
@@ -380,6 +469,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
+        retention=_retention(env),
     )
     return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
 
@@ -627,6 +717,23 @@ VARIABLE_HELP: Mapping[str, str] = {
     "ORDERFLOW_CHAIN_STEPS": "`1`: a worker goes straight on with the step a result makes due, "
     "its intent committed with that result (fewer claims and transactions); `0`: every step is "
     "claimed.",
+    # Retention (docs/retention.md; RetentionSettings holds each default's reason).
+    "ORDERFLOW_RETENTION_ORDERS": "Finished orders stay readable through the API this long; then "
+    "they are archived and removed with their steps, attempts, refunds, events and processed "
+    "event ids. An unfinished order or one waiting for a person is never removed.",
+    "ORDERFLOW_RETENTION_FEED": "Published events stay in `GET /api/v1/events` this long (a "
+    "consumer may be down over a long weekend); an older cursor is answered 410 "
+    "`cursor_expired`. At most the orders' retention.",
+    "ORDERFLOW_RETENTION_IDEMPOTENCY": "An `Idempotency-Key` is remembered this long, the "
+    "convention of payment APIs; at most the orders' retention.",
+    "ORDERFLOW_RETENTION_AUDIT": "The audit log is the compliance record, kept longest (a year "
+    "and an annual audit's margin); at least the orders' retention.",
+    "ORDERFLOW_PRUNE_INTERVAL_S": "How often `orderflow worker` and `orderflow serve` prune (one "
+    "pruner at a time across every process); `0` turns scheduled pruning off.",
+    "ORDERFLOW_PRUNE_BATCH": "Orders archived and removed per transaction (other kinds: ten "
+    "times this per statement), so no prune transaction holds locks or builds WAL for long.",
+    "ORDERFLOW_ARCHIVE_DIR": "Where archived orders are written (gzip JSON lines). Unset: "
+    "`ORDERFLOW_HOME/archive`.",
     # Read by the tests, CI and the benchmark, not by the service.
     "ORDERFLOW_TEST_DATABASE_URL": "Tests: the PostgreSQL server the test sessions create and "
     "drop their databases on. Unset: an embedded server.",

@@ -17,6 +17,7 @@ import argparse
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,17 @@ def _anchor(text: str) -> str:
 # -- configuration ---------------------------------------------------------------------------
 
 
-def _shown_default(default: object) -> str:
+def _duration(seconds: float) -> str:
+    """Seconds as the duration a person would write: 90d, 24h, 15m, 30s."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"`{seconds / size:g}{unit}`"
+    return f"`{seconds:g}s`"
+
+
+def _shown_default(default: object, parse: Callable[[str], object] | None = None) -> str:
+    if isinstance(default, float) and parse is not None and parse.__name__ == "parse_duration":
+        return _duration(default)
     if default is None:
         return "unset"
     if isinstance(default, bool):
@@ -87,7 +98,7 @@ def configuration() -> str:
     ]
     for name in service:
         r = read.get(name)
-        default = _shown_default(r.default) if r else "see the variable"
+        default = _shown_default(r.default, r.parse) if r else "see the variable"
         accepts = _accepts(r.parse) if r else "see the variable"
         lines.append(f"| [`{name}`](#{_anchor(name)}) | {_cell(default)} | {_cell(accepts)} |\n")
     lines.append("\n## The service's variables\n")
@@ -96,7 +107,7 @@ def configuration() -> str:
         lines.append(f"\n### {name} {{ #{_anchor(name)} }}\n\n")
         lines.append(VARIABLE_HELP.get(name, "(not described yet)") + "\n\n")
         if r is not None:
-            lines.append(f"- Default: {_shown_default(r.default)}\n")
+            lines.append(f"- Default: {_shown_default(r.default, r.parse)}\n")
             lines.append(f"- Accepts: {_accepts(r.parse)}\n")
     lines.append("\n## Read by the tests, CI and the benchmark\n")
     for name in others:
@@ -378,12 +389,16 @@ def problems() -> str:
         "`code`: match on the code, never on the `detail` text. A request answered with an "
         "error changed nothing.\n\n| code | status | title |\n|---|---|---|\n",
     ]
-    for code in sorted(TITLES):
+    # Every code the API answers with: titled ones, and any the tables or the document name.
+    codes = sorted(set(TITLES) | set(statuses) | set(answered_by))
+    for code in codes:
         shown = ", ".join(sorted(statuses.get(code, {"500"})))
-        lines.append(f"| [`{code}`](#{_anchor(code)}) | {shown} | {_cell(TITLES[code])} |\n")
-    for code in sorted(TITLES):
+        title = TITLES.get(code) or HTTPStatus(int(min(statuses.get(code, {"500"})))).phrase
+        lines.append(f"| [`{code}`](#{_anchor(code)}) | {shown} | {_cell(title)} |\n")
+    for code in codes:
         shown = ", ".join(sorted(statuses.get(code, {"500"})))
-        lines.append(f"\n## {code} {{ #{_anchor(code)} }}\n\n**{TITLES[code]}**: HTTP {shown}, ")
+        title = TITLES.get(code) or HTTPStatus(int(min(statuses.get(code, {"500"})))).phrase
+        lines.append(f"\n## {code} {{ #{_anchor(code)} }}\n\n**{title}**: HTTP {shown}, ")
         lines.append(f"type `{problem_type(code)}`.\n")
         if code in explained:
             lines.append(f"\n{explained[code]}\n")

@@ -39,6 +39,7 @@ from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
+from orderflow_pg.prune import check_feed_cursor, feed_floor
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
 from orderflow_pg.reads import claimed_aggregates, lock_aggregates, read_aggregate, read_view
 from orderflow_pg.users import PgUsers
@@ -543,8 +544,21 @@ class PgOrderStore:
 
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
         """Published outbox events with seq > after, in feed (seq) order."""
-        found = await self._fetch_all("events", {"after": after, "limit": limit})
-        return [rows.event_from_row(r) for r in found]
+        # Retention: `after=0` starts at the feed's floor; a cursor below it is refused (410),
+        # never served a gap. The floor is read after the page, so one raised meanwhile counts.
+        start = after or await self._feed_floor()
+        while True:
+            found = await self._fetch_all("events", {"after": start, "limit": limit})
+            floor = await self._feed_floor()
+            if after == 0 and floor > start:
+                start = floor  # pruned under a fresh reader: read from the new floor
+                continue
+            check_feed_cursor(start, floor)
+            return [rows.event_from_row(r) for r in found]
+
+    async def _feed_floor(self) -> int:
+        async with self._db.connection("feed_floor") as conn:
+            return await feed_floor(conn)
 
     async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
         """Events the outbox relay has not handed on yet, oldest first, up to the seq no

@@ -94,6 +94,8 @@ def test_every_metric_of_the_registry_has_its_own_heading() -> None:
 def test_every_problem_code_has_its_own_heading_and_status() -> None:
     page = (REFERENCE / "problems.md").read_text()
     assert {docgen._anchor(code) for code in TITLES} <= anchors("problems.md")
+    statuses, answered_by = docgen._where_answered()
+    assert {docgen._anchor(code) for code in {*statuses, *answered_by}} <= anchors("problems.md")
     assert "| [`not_found`](#not-found) | 404 |" in page
     assert "| [`store_unavailable`](#store-unavailable) | 503 |" in page
 
