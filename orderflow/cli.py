@@ -141,7 +141,7 @@ async def serve(settings: Settings) -> None:
     """Everything in one process: the five-minute tour's command."""
     stop = _stop_event()
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)  # the API's /metrics covers all
@@ -153,7 +153,12 @@ async def serve(settings: Settings) -> None:
                 _announce(api_url, mocks_url, settings)
                 await runtime.warn_if_autovacuum_off(store)
                 left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
+                    store,
+                    services,
+                    settings,
+                    PgWakeUps(settings.direct_database_url or url),
+                    stop,
+                    telemetry,
                 )
     print(f"orderflow stopped: {left}", flush=True)
 
@@ -162,7 +167,7 @@ async def worker(settings: Settings) -> None:
     """Executor + relay only; migrations are applied (safely, under a lock) before it starts."""
     stop = _stop_event()
     async with runtime.database_url(settings) as url:
-        await migrate(url)
+        await migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             telemetry = runtime.make_telemetry(settings, store, database_gauges=False)
             async with (
@@ -174,7 +179,12 @@ async def worker(settings: Settings) -> None:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
                 await runtime.warn_if_autovacuum_off(store)
                 left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
+                    store,
+                    services,
+                    settings,
+                    PgWakeUps(settings.direct_database_url or url),
+                    stop,
+                    telemetry,
                 )
     print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
 
@@ -183,7 +193,7 @@ async def api(settings: Settings) -> None:
     """The REST API alone."""
     stop = _stop_event()
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)
@@ -195,7 +205,7 @@ async def api(settings: Settings) -> None:
 
 async def migrate_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
-        applied = await migrate(url)
+        applied = await migrate(settings.direct_database_url or url)
         print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
 
 

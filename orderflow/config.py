@@ -87,6 +87,17 @@ class Settings:
     metrics_port: int = 0
     notifications_url: str | None = None
     process_version: int = NEWEST
+    # -- database connections and the request deadline (docs/high-availability.md) --------
+    # ORDERFLOW_REQUEST_DEADLINE_S (3): how long one API request may wait for everything it
+    # asks the database, together (each statement alone had this long); then 503 + Retry-After.
+    request_deadline_s: float = 3.0
+    # ORDERFLOW_DATABASE_POOLER (none): `transaction` when ORDERFLOW_DATABASE_URL goes through
+    # pgbouncer in transaction mode: no server-side prepared statements, no startup options.
+    database_pooler: str = "none"
+    # ORDERFLOW_DIRECT_DATABASE_URL (unset: ORDERFLOW_DATABASE_URL): PostgreSQL itself, not
+    # through a transaction pooler, for what needs a session of its own: the workers' LISTEN
+    # for wake-ups and the migrations' advisory lock. Required with a transaction pooler.
+    direct_database_url: str | None = None
 
     @property
     def external_services(self) -> bool:
@@ -342,7 +353,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
+        request_deadline_s=_get(env, "ORDERFLOW_REQUEST_DEADLINE_S", _positive, 3.0),
+        database_pooler=_get(env, "ORDERFLOW_DATABASE_POOLER", _pooler, "none"),
+        direct_database_url=_get(
+            env, "ORDERFLOW_DIRECT_DATABASE_URL", _database_url, None, show=redacted_database_url
+        ),
     )
+    if settings.database_pooler == "transaction" and settings.direct_database_url is None:
+        raise ConfigError(
+            "ORDERFLOW_DATABASE_POOLER=transaction: set ORDERFLOW_DIRECT_DATABASE_URL to reach"
+            " PostgreSQL without the pooler (LISTEN and the migrations' lock need a session)"
+        )
     return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
 
 
@@ -361,6 +382,12 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
             "customer, so it needs ORDERFLOW_NOTIFICATIONS_URL when the three service URLs are set"
         )
     return attrs.evolve(settings, process_version=max(set(PROCESSES) - needs))
+
+
+def _pooler(value: str) -> str:
+    if value not in ("none", "transaction"):
+        raise ValueError("expected 'none' (direct or session pooling) or 'transaction'")
+    return value
 
 
 def _process_version(value: str) -> int:

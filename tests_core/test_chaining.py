@@ -118,9 +118,11 @@ def test_the_lease_expiry_warning_names_the_chained_step_abandoned(
         order_id = w.create()
         with caplog.at_level(logging.WARNING, logger="orderflow"):
             w.step(0)
-        [line] = [r.getMessage() for r in caplog.records if "left to lease expiry" in r.getMessage()]
+        lines = [r.getMessage() for r in caplog.records]
+        [line] = [text for text in lines if "left to lease expiry" in text]
         assert str(step_ids[StepKind.CHARGE]) in line
-        assert "(charge)" in line and str(order_id) in line
+        assert "(charge)" in line
+        assert str(order_id) in line
         assert str(step_ids[StepKind.RESERVE]) not in line
     finally:
         w.close()

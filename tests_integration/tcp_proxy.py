@@ -33,6 +33,8 @@ class PausableProxy:
         self.listen_host = listen_host
         self.port = 0
         self.accepted = 0
+        # Seconds each chunk from the server waits before it is forwarded (a slow link).
+        self.reply_delay_s = 0.0
         self._loop = asyncio.new_event_loop()
         self._flowing = asyncio.Event()
         self._refusing = False
@@ -124,15 +126,21 @@ class PausableProxy:
             return
         self._writers.add(server_w)
         await asyncio.gather(
-            self._pump(client_r, server_w), self._pump(server_r, client_w), return_exceptions=True
+            self._pump(client_r, server_w),
+            self._pump(server_r, client_w, replies=True),
+            return_exceptions=True,
         )
         for writer in (client_w, server_w):
             self._writers.discard(writer)
             writer.close()
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, replies: bool = False
+    ) -> None:
         try:
             while data := await source.read(CHUNK):
+                if replies and self.reply_delay_s:
+                    await asyncio.sleep(self.reply_delay_s)
                 await self._flowing.wait()
                 sink.write(data)
                 await sink.drain()
