@@ -52,6 +52,8 @@ class HttpLimits:
     max_connections: int = 1000
     max_line_bytes: int = 8190
     max_headers: int = 100
+    # At the connection cap an idle connection gives way to a new one after this long.
+    pressure_idle_s: float = 1.0
 
 
 @attrs.frozen
@@ -467,6 +469,9 @@ def _http_limits(env: Mapping[str, str]) -> HttpLimits:
             env, "ORDERFLOW_HTTP_MAX_LINE_BYTES", _line_bytes, default.max_line_bytes
         ),
         max_headers=_get(env, "ORDERFLOW_HTTP_MAX_HEADERS", _positive_int, default.max_headers),
+        pressure_idle_s=_get(
+            env, "ORDERFLOW_HTTP_PRESSURE_IDLE_S", _positive, default.pressure_idle_s
+        ),
     )
 
 
