@@ -187,12 +187,12 @@ postgresql:
         if postmaster is not None:
             stop_postmaster(postmaster)
 
-    def rest(self, path: str, body: object | None = None) -> Any:
+    def rest(self, path: str, body: object | None = None, method: str | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.rest_port}{path}",
             data=data,
-            method="POST" if data is not None else "GET",
+            method=method or ("POST" if data is not None else "GET"),
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=5) as reply:
@@ -308,6 +308,18 @@ class HaCluster:
         leader.rest("/switchover", {"leader": leader.name, "candidate": candidate.name})
         self._until(lambda: self.leader() is candidate, "the switchover", 60)
         return candidate
+
+    def set_strict(self, strict: bool) -> None:
+        """synchronous_mode_strict on or off (Patroni's dynamic configuration): strict, a
+        primary without a synchronous standby refuses to complete commits instead of going on
+        alone; nothing acknowledged can then be lost with it."""
+        node = self.leader() or self.nodes[0]
+        node.rest("/config", {"synchronous_mode_strict": strict}, method="PATCH")
+        self.strict = strict
+
+    def standby(self) -> Node | None:
+        leader = self.leader()
+        return next((n for n in self.nodes if n is not leader), None) if leader else None
 
     def logs(self) -> str:
         return "\n".join(

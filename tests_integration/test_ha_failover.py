@@ -35,11 +35,14 @@ from orderflow_core.testing import FakeClock
 from orderflow_pg import PgOrderStore
 from tests_core.rules import check_snapshot, take_snapshot
 
-pytestmark = pytest.mark.postgres
+# Not `postgres`: the cluster is its own PostgreSQL, so CI's second pass (the embedded server,
+# `-m postgres`) does not run these again.
+pytestmark = pytest.mark.slow
 CLIENTS = 4
 LOAD_BEFORE_S = 3.0
 LOAD_AFTER_S = 4.0
 DEADLINE_S = 3.0
+STANDBY_GONE_S = 5.0
 ORDER = {"items": [{"sku": "a", "quantity": 1, "unit_price_minor": 100}], "currency": "RUB"}
 RESULTS = Path("/tmp/orderflow-ha-failover.jsonl")
 
@@ -178,11 +181,22 @@ def _two_failovers(cluster: ha_cluster.HaCluster) -> Callable[[], None]:
     return second.start
 
 
+def _standby_killed_strict(cluster: ha_cluster.HaCluster) -> Callable[[], None]:
+    cluster.set_strict(True)
+    standby = cluster.standby()
+    assert standby is not None
+    standby.kill()  # with synchronous_mode_strict the primary's commits wait for a standby
+    time.sleep(STANDBY_GONE_S)  # how long the standby stays dead (a schedule, not a wait)
+    standby.start()
+    return lambda: cluster.set_strict(False)
+
+
 FAULTS = {
     "primary_killed": _primary_killed,
     "primary_postmaster_killed": _postmaster_killed,
     "switchover": _switchover,
     "two_failovers": _two_failovers,
+    "standby_killed_strict": _standby_killed_strict,
 }
 
 
