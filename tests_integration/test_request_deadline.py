@@ -5,12 +5,15 @@ Retry-After) within its deadline instead of after the sum of them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
+from api_harness import ORDER_BODY, TOKENS, make_world, serve
 from conftest import Run
 from tcp_proxy import PausableProxy
 
@@ -67,3 +70,31 @@ def test_a_replayed_post_over_a_slow_link_answers_503_within_one_request_deadlin
     assert retry_after is not None
     assert int(retry_after) >= 1
     assert content_type.startswith("application/problem+json")
+
+
+def test_a_body_that_arrives_slowly_does_not_use_up_the_request_deadline(run: Run[Any]) -> None:
+    """The body has its own deadline (408); the request deadline bounds the work done for the
+    request, so a body trickling in for longer than the request deadline is still served."""
+    body = json.dumps(ORDER_BODY).encode()
+
+    async def scenario() -> bytes:
+        async with serve(make_world().service, request_deadline_s=0.3) as api:
+            host, port = api.base.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                (
+                    "POST /api/v1/orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    f"Authorization: Bearer {TOKENS['customer']}\r\nIdempotency-Key: slow-body\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode()
+            )
+            for i in range(0, len(body), 8):  # 1.5 s of trickling: five request deadlines
+                writer.write(body[i : i + 8])
+                await writer.drain()
+                await asyncio.sleep(1.5 / (len(body) / 8))  # the client's pace
+            answer = await reader.read()
+            writer.close()
+            return answer
+
+    answer = run(scenario())
+    assert answer.startswith(b"HTTP/1.1 202 "), answer[:200]
