@@ -4,9 +4,10 @@ replication; `bench.ha_cluster`), with `orderflow serve` on a multi-host connect
 
 Each scenario injects one fault, then checks the invariants: every accepted order exists and
 ends (shipped), at most one charge per order in the simulated payment ledger, every event once
-on the feed, no client 500 — a client sees at most 503 with Retry-After, and repeats with the
-same Idempotency-Key. It prints what the failover cost: seconds until orders flowed again,
-503s seen, orders lost (must be 0). Skipped where Patroni, etcd or PostgreSQL 15 are missing.
+on the feed and on NATS JetStream, no client 500 — a client sees at most 503 with Retry-After,
+and repeats with the same Idempotency-Key. It prints what the failover cost: seconds until
+orders flowed again, 503s seen, orders lost (must be 0). Skipped where Patroni, etcd or
+PostgreSQL 15 are missing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from uuid import UUID
 import attrs
 import psycopg
 import pytest
+from nats_harness import Names, any_nats_server, consume_all
 from processes import CUSTOMER_TOKEN, Proc, base_env, eventually, free_port
 from psycopg import sql
 
@@ -55,6 +57,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ha_cluster.HaC
     directory = Path("/var/tmp") / f"orderflow-ha-{tmp_path_factory.getbasetemp().name}"
     with ha_cluster.HaCluster(directory) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def nats_url(cluster: ha_cluster.HaCluster) -> Iterator[str]:
+    with any_nats_server() as url:
+        yield url
 
 
 @attrs.define
@@ -136,7 +144,9 @@ async def _all_ended(url: str, order_ids: list[UUID]) -> bool:
         return not await store.unpublished_events(1)
 
 
-async def _check(url: str, order_ids: list[UUID], effects: dict[str, Any]) -> int:
+async def _check(
+    url: str, order_ids: list[UUID], effects: dict[str, Any], nats_url: str, names: Names
+) -> int:
     async with PgOrderStore.open(url, max_size=2) as store:
         relay = OutboxRelay(store, FakeClock())
         while await relay.run_once():
@@ -146,6 +156,9 @@ async def _check(url: str, order_ids: list[UUID], effects: dict[str, Any]) -> in
     shipped = sum(1 for r in snap.orders if r.aggregate.order.state.value == "shipped")
     events = [(e.order_id, e.seq) for e in snap.events]
     assert len(set(events)) == len(events), "an event twice on the feed"
+    on_nats = Counter(m.body["event_id"] for m in await consume_all(nats_url, names))
+    assert set(on_nats.values()) == {1}, "an event twice on NATS"
+    assert set(on_nats) == {str(e.event_id) for e in snap.events}, "NATS and the feed differ"
     return shipped
 
 
@@ -202,12 +215,16 @@ FAULTS = {
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_orders_survive_a_failover_under_load(
-    cluster: ha_cluster.HaCluster, fault: str, procs: list[Proc]
+    cluster: ha_cluster.HaCluster, nats_url: str, fault: str, procs: list[Proc]
 ) -> None:
     cluster.wait_healthy()
     url = _database(cluster, f"orderflow_ha_{fault}")
     mocks_port = free_port()
+    names = Names.unique()
     env = base_env(
+        ORDERFLOW_NATS_URL=nats_url,
+        ORDERFLOW_NATS_STREAM=names.stream,
+        ORDERFLOW_NATS_SUBJECT_PREFIX=names.prefix,
         ORDERFLOW_DATABASE_URL=url,
         ORDERFLOW_HTTP_PORT="0",
         ORDERFLOW_MOCKS_PORT=str(mocks_port),
@@ -247,7 +264,7 @@ def test_orders_survive_a_failover_under_load(
         what="every accepted order ended",
     )
     effects = _ledger(mocks_port)["effects"]
-    shipped = asyncio.run(_check(url, order_ids, effects))
+    shipped = asyncio.run(_check(url, order_ids, effects, nats_url, names))
     charges = Counter(c["order_id"] for c in effects["charges"])
     assert proc.terminate() == 0
     bring_back()
