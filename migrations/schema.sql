@@ -8,7 +8,8 @@ CREATE TABLE api_idempotency (
     key text NOT NULL,
     fingerprint text NOT NULL,
     resource_id uuid NOT NULL,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    placement uuid NOT NULL
 );
 
 CREATE TABLE audit_log (
@@ -29,7 +30,8 @@ CREATE TABLE finished_attempts (
     worker text NOT NULL,
     finished_at timestamp with time zone,
     outcome text NOT NULL,
-    error text
+    error text,
+    order_id uuid NOT NULL
 );
 
 CREATE TABLE orders (
@@ -71,7 +73,8 @@ CREATE TABLE outbox (
 
 CREATE TABLE outbox_feed (
     one boolean DEFAULT true NOT NULL,
-    published_through bigint NOT NULL
+    published_through bigint NOT NULL,
+    pruned_through bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE processed_events (
@@ -135,40 +138,40 @@ CREATE TABLE workflow_steps (
     latest_error text
 ) WITH (fillfactor=50);
 
-ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, scope, key);
-ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
-ALTER TABLE finished_attempts ADD CONSTRAINT finished_attempts_pkey PRIMARY KEY (step_id, attempt);
+ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (placement, user_id, scope, key);
+ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (order_id, id);
+ALTER TABLE finished_attempts ADD CONSTRAINT finished_attempts_pkey PRIMARY KEY (order_id, step_id, attempt);
 ALTER TABLE orders ADD CONSTRAINT orders_attention_stamped CHECK (((attention_reason IS NULL) = (attention_since IS NULL)));
 ALTER TABLE orders ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
 ALTER TABLE orders ADD CONSTRAINT orders_total_minor_check CHECK ((total_minor >= 0));
-ALTER TABLE outbox ADD CONSTRAINT outbox_order_seq_key UNIQUE (order_id, order_seq);
-ALTER TABLE outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY (seq);
+ALTER TABLE outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY (order_id, order_seq);
 ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_one_check CHECK (one);
 ALTER TABLE outbox_feed ADD CONSTRAINT outbox_feed_pkey PRIMARY KEY (one);
-ALTER TABLE processed_events ADD CONSTRAINT processed_events_pkey PRIMARY KEY (event_id);
+ALTER TABLE processed_events ADD CONSTRAINT processed_events_pkey PRIMARY KEY (order_id, event_id);
 ALTER TABLE refunds ADD CONSTRAINT refunds_amount_minor_check CHECK ((amount_minor > 0));
 ALTER TABLE refunds ADD CONSTRAINT refunds_order_id_fkey FOREIGN KEY (order_id) REFERENCES orders(order_id);
-ALTER TABLE refunds ADD CONSTRAINT refunds_pkey PRIMARY KEY (refund_id);
+ALTER TABLE refunds ADD CONSTRAINT refunds_pkey PRIMARY KEY (order_id, refund_id);
 ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 ALTER TABLE users ADD CONSTRAINT users_pkey PRIMARY KEY (user_id);
 ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_latest_attempt_whole CHECK ((((latest_attempt IS NULL) = (latest_started_at IS NULL)) AND ((latest_attempt IS NULL) = (latest_worker IS NULL)) AND ((latest_attempt IS NOT NULL) OR (latest_outcome IS NULL)) AND ((latest_outcome IS NOT NULL) OR ((latest_finished_at IS NULL) AND (latest_error IS NULL)))));
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
-CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (user_id, scope, key);
-CREATE INDEX audit_log_order_idx ON public.audit_log USING btree (order_id, id);
-CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
-CREATE UNIQUE INDEX finished_attempts_pkey ON public.finished_attempts USING btree (step_id, attempt);
+CREATE INDEX api_idempotency_created_brin ON public.api_idempotency USING brin (created_at);
+CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (placement, user_id, scope, key);
+CREATE INDEX audit_log_at_brin ON public.audit_log USING brin (at);
+CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (order_id, id);
+CREATE UNIQUE INDEX finished_attempts_pkey ON public.finished_attempts USING btree (order_id, step_id, attempt);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);
 CREATE INDEX orders_newest_idx ON public.orders USING btree (created_at DESC, order_id DESC);
 CREATE UNIQUE INDEX orders_pkey ON public.orders USING btree (order_id);
 CREATE INDEX orders_waiting_idx ON public.orders USING btree (attention_since DESC, order_id DESC) WHERE (attention_reason IS NOT NULL);
-CREATE UNIQUE INDEX outbox_order_seq_key ON public.outbox USING btree (order_id, order_seq);
-CREATE UNIQUE INDEX outbox_pkey ON public.outbox USING btree (seq);
+CREATE UNIQUE INDEX outbox_pkey ON public.outbox USING btree (order_id, order_seq);
+CREATE INDEX outbox_seq_idx ON public.outbox USING btree (seq);
 CREATE UNIQUE INDEX outbox_feed_pkey ON public.outbox_feed USING btree (one);
-CREATE UNIQUE INDEX processed_events_pkey ON public.processed_events USING btree (event_id);
+CREATE UNIQUE INDEX processed_events_pkey ON public.processed_events USING btree (order_id, event_id);
 CREATE INDEX refunds_order_idx ON public.refunds USING btree (order_id, created_at);
-CREATE UNIQUE INDEX refunds_pkey ON public.refunds USING btree (refund_id);
+CREATE UNIQUE INDEX refunds_pkey ON public.refunds USING btree (order_id, refund_id);
 CREATE UNIQUE INDEX schema_migrations_pkey ON public.schema_migrations USING btree (version);
 CREATE UNIQUE INDEX users_pkey ON public.users USING btree (user_id);
 CREATE UNIQUE INDEX users_token_hash_key ON public.users USING btree (token_hash);

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Callable
 from uuid import UUID
@@ -60,3 +61,28 @@ def _spread(rand: int) -> int:
     """74 random bits into the places the RFC's layout leaves them: 12 after the version (bits
     75-64), the variant, then 62 (bits 61-0)."""
     return (rand >> 62) << 64 | _VARIANT | (rand & _RAND_B)
+
+
+_PLACED_SCOPE = re.compile(
+    r"[a-z_]+:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+)
+
+
+def idempotency_placement(user_id: str, scope: str, key: str) -> UUID:
+    """Where a client's idempotency record is kept, computed from its key alone: the order a
+    scope names (`refund:<order id>`), else md5(user, scope, key) read as a uuid. A store
+    distributed by order (Citus) keeps the record on that order's shard; a create there gives
+    its order this id (`keyed_order_id`), so the order and its key land on one shard. The
+    migration 0027 computes the same in SQL."""
+    named = _PLACED_SCOPE.fullmatch(scope)
+    if named is not None:
+        return UUID(named[1])
+    text = f"{user_id}\x1f{scope}\x1f{key}".encode()
+    return UUID(bytes=hashlib.md5(text, usedforsecurity=False).digest())
+
+
+def keyed_order_id(user_id: str, key: str) -> UUID:
+    """The id of the order a create under (user, `key`) makes when orders are distributed:
+    the create's idempotency placement, so the order and its key share a shard. (On a single
+    server orders take time-ordered ids, `uuid7`, whose inserts stay on the indexes' hot pages.)"""
+    return idempotency_placement(user_id, "create_order", key)

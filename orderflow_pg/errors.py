@@ -21,6 +21,17 @@ class MigrationChecksumMismatch(OrderflowError):
     code = "migration_checksum_mismatch"
 
 
+def _is_idempotency_key(constraint: str | None) -> bool:
+    """Whether a unique violation is of the idempotency key: on Citus a shard reports its
+    own copy's name (`api_idempotency_pkey_102008`)."""
+    if constraint is None:
+        return False
+    base, _, suffix = constraint.rpartition("_")
+    return constraint == IDEMPOTENCY_CONSTRAINT or (
+        base == IDEMPOTENCY_CONSTRAINT and suffix.isdigit()
+    )
+
+
 @asynccontextmanager
 async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None]:
     """Run one store operation under a client-side deadline and translate psycopg's errors.
@@ -42,7 +53,7 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
         whose = "" if bounded_s == deadline_s else " (what the request's deadline left)"
         raise StoreUnavailable(f"{operation}: no answer within {bounded_s:.3g} s{whose}") from exc
     except pg_errors.UniqueViolation as exc:
-        if exc.diag.constraint_name == IDEMPOTENCY_CONSTRAINT:
+        if _is_idempotency_key(exc.diag.constraint_name):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

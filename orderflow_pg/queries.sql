@@ -13,7 +13,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]') FROM s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
@@ -38,7 +38,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]') FROM s WHERE s.order_id = o.order_id) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = o.order_id) AS refund_rows
@@ -51,7 +51,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -66,7 +66,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -214,18 +214,20 @@ WITH docs AS (
           FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
 ), new_attempts AS (
     INSERT INTO finished_attempts (
-        step_id, attempt, started_at, worker, finished_at, outcome, error
+        order_id, step_id, attempt, started_at, worker, finished_at, outcome, error
     )
-    SELECT r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome, r.error
+    SELECT
+        r.order_id, r.step_id, r.attempt, r.started_at, r.worker, r.finished_at, r.outcome,
+        r.error
     FROM fence, jsonb_populate_recordset(NULL::finished_attempts, fence.d -> 'new_attempts') AS r
 ), attempts AS (
     UPDATE finished_attempts AS a SET
         started_at = r.started_at, worker = r.worker, finished_at = r.finished_at,
         outcome = r.outcome, error = r.error
     FROM fence, jsonb_populate_recordset(NULL::finished_attempts, fence.d -> 'attempts') AS r
-    WHERE a.step_id = r.step_id AND a.attempt = r.attempt
-      AND a.step_id = ANY (ARRAY(
-          SELECT (e ->> 'step_id')::uuid
+    WHERE a.order_id = r.order_id AND a.step_id = r.step_id AND a.attempt = r.attempt
+      AND a.order_id = ANY (ARRAY(
+          SELECT (e ->> 'order_id')::uuid
           FROM fence, jsonb_array_elements(fence.d -> 'attempts') AS e))
 ), refunds AS (
     INSERT INTO refunds (
@@ -236,7 +238,7 @@ WITH docs AS (
         r.refund_id, r.order_id, r.amount_minor, r.reason, r.status, r.requested_by,
         r.created_at, r.updated_at, r.step_id, r.refund_reference, r.last_error
     FROM fence, jsonb_populate_recordset(NULL::refunds, fence.d -> 'refunds') AS r
-    ON CONFLICT (refund_id) DO UPDATE SET
+    ON CONFLICT (order_id, refund_id) DO UPDATE SET
         amount_minor = EXCLUDED.amount_minor, reason = EXCLUDED.reason,
         status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
         refund_reference = EXCLUDED.refund_reference, last_error = EXCLUDED.last_error
@@ -278,8 +280,10 @@ WITH docs AS (
     FROM fence
     WHERE fence.d ? 'processed_event_id'
 ), idempotency AS (
-    INSERT INTO api_idempotency (user_id, scope, key, fingerprint, resource_id, created_at)
-    SELECT r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
+    INSERT INTO api_idempotency (
+        placement, user_id, scope, key, fingerprint, resource_id, created_at
+    )
+    SELECT r.placement, r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
     FROM fence, jsonb_populate_record(NULL::api_idempotency, fence.d -> 'idempotency') AS r
     WHERE fence.d ? 'idempotency'
 ), announce AS (
@@ -294,13 +298,16 @@ SELECT
 FROM docs ORDER BY docs.i
 
 -- is_processed_event --
--- Whether an event was already applied
-SELECT 1 AS found FROM processed_events WHERE event_id = %(event_id)s
+-- Whether an event was already applied to an order
+SELECT 1 AS found FROM processed_events
+WHERE order_id = %(order_id)s AND event_id = %(event_id)s
 
 -- find_idempotency --
--- The record an idempotency key is bound to
+-- The record an idempotency key is bound to (its placement computed from the key,
+-- `ids.idempotency_placement`)
 SELECT * FROM api_idempotency
-WHERE user_id = %(user_id)s AND scope = %(scope)s AND key = %(key)s
+WHERE placement = %(placement)s
+  AND user_id = %(user_id)s AND scope = %(scope)s AND key = %(key)s
 
 -- history --
 -- Every transition of one order, oldest first (the view over its events)
@@ -396,7 +403,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = c.order_id) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')

@@ -108,11 +108,12 @@ def latest_attempt(step: Step) -> Attempt | None:
     return latest
 
 
-def attempt_doc(step_id: UUID, attempt: Attempt) -> Params:
-    """An earlier attempt in `apply_changes`'s document (a `finished_attempts` row)."""
+def attempt_doc(order_id: UUID, step_id: UUID, attempt: Attempt) -> Params:
+    """An earlier attempt in `apply_changes`'s document (a `finished_attempts` row, which
+    carries its step's order: its key starts with it)."""
     if attempt.outcome is None:
         raise ValueError(f"attempt {attempt.attempt} of step {step_id} has not ended")
-    return {"step_id": step_id, **_doc(attempt)}
+    return {"order_id": order_id, "step_id": step_id, **_doc(attempt)}
 
 
 def refund_doc(refund: Refund) -> Params:
@@ -139,8 +140,10 @@ def audit_doc(entry: AuditEntry) -> Params:
 
 
 def idempotency_doc(record: ApiIdempotency) -> Params:
-    """An idempotency record in `apply_changes`'s document."""
-    return _doc(record)
+    """An idempotency record in `apply_changes`'s document, with its placement (the key's
+    first column, `ids.idempotency_placement`)."""
+    placement = ids.idempotency_placement(record.user_id, record.scope, record.key)
+    return {"placement": placement, **_doc(record)}
 
 
 def _pick(cls: type[Any], row: Row, *, without: tuple[str, ...] = ()) -> Params:

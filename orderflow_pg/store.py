@@ -16,7 +16,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import deadlines
+from orderflow_core import deadlines, ids
 from orderflow_core.errors import (
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
@@ -39,6 +39,7 @@ from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
+from orderflow_pg.prune import check_feed_cursor, feed_floor
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
 from orderflow_pg.reads import claimed_aggregates, lock_aggregates, read_aggregate, read_view
 from orderflow_pg.users import PgUsers
@@ -367,11 +368,11 @@ class PgOrderStore:
         commit's documents are (`_document`, `_commit`)."""
         if change.idempotency is not None:
             idem = change.idempotency
-            key = {"user_id": idem.user_id, "scope": idem.scope, "key": idem.key}
+            key = _idempotency_key(idem.user_id, idem.scope, idem.key)
             if await fetch_one(conn, "find_idempotency", key) is not None:
                 raise DuplicateIdempotencyKey("idempotency key already used")
         if change.processed_event_id is not None:
-            event = {"event_id": change.processed_event_id}
+            event = {"order_id": aggregate.order.order_id, "event_id": change.processed_event_id}
             if await fetch_one(conn, "is_processed_event", event) is not None:
                 return Written.SKIPPED
         planned = _document(0, aggregate, 0, change, from_copy=False)
@@ -404,7 +405,7 @@ class PgOrderStore:
 
     async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
         """The record a client's idempotency key is bound to, if any."""
-        params = {"user_id": user_id, "scope": scope, "key": key}
+        params = _idempotency_key(user_id, scope, key)
         async with self._db.connection("find_idempotency") as conn:
             row = await fetch_one(conn, "find_idempotency", params)
         return rows.idempotency_from_row(row) if row else None
@@ -546,8 +547,21 @@ class PgOrderStore:
 
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
         """Published outbox events with seq > after, in feed (seq) order."""
-        found = await self._fetch_all("events", {"after": after, "limit": limit})
-        return [rows.event_from_row(r) for r in found]
+        # Retention: `after=0` starts at the feed's floor; a cursor below it is refused (410),
+        # never served a gap. The floor is read after the page, so one raised meanwhile counts.
+        start = after or await self._feed_floor()
+        while True:
+            found = await self._fetch_all("events", {"after": start, "limit": limit})
+            floor = await self._feed_floor()
+            if after == 0 and floor > start:
+                start = floor  # pruned under a fresh reader: read from the new floor
+                continue
+            check_feed_cursor(start, floor)
+            return [rows.event_from_row(r) for r in found]
+
+    async def _feed_floor(self) -> int:
+        async with self._db.connection("feed_floor") as conn:
+            return await feed_floor(conn)
 
     async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
         """Events the outbox relay has not handed on yet, oldest first, up to the seq no
@@ -657,6 +671,12 @@ def _document(
         doc = expecting(doc, version, before)
     order_id = before.order.order_id
     return doc, _Sent(index, order_id, version, before, change, from_copy, "order" in doc)
+
+
+def _idempotency_key(user_id: str, scope: str, key: str) -> dict[str, Any]:
+    """The parameters of `find_idempotency`: the key and where it is kept."""
+    placement = ids.idempotency_placement(user_id, scope, key)
+    return {"placement": placement, "user_id": user_id, "scope": scope, "key": key}
 
 
 def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:

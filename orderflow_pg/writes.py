@@ -91,9 +91,9 @@ def change_doc(
                 continue
             old = in_table.get(attempt.attempt)
             if old is None:
-                doc["new_attempts"].append(rows.attempt_doc(step.step_id, attempt))
+                doc["new_attempts"].append(rows.attempt_doc(step.order_id, step.step_id, attempt))
             elif old != attempt:
-                doc["attempts"].append(rows.attempt_doc(step.step_id, attempt))
+                doc["attempts"].append(rows.attempt_doc(step.order_id, step.step_id, attempt))
     doc["refunds"] = [rows.refund_doc(r) for r in change.refunds]
     doc["events"] = _event_docs(change)
     doc["audit"] = [rows.audit_doc(a) for a in change.audit]

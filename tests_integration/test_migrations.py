@@ -17,6 +17,7 @@ import pytest
 from builders import T0, at
 from psycopg.rows import dict_row
 
+from orderflow_core import ids
 from orderflow_core.model import (
     ApiIdempotency,
     Attempt,
@@ -27,7 +28,13 @@ from orderflow_core.model import (
     Refund,
     Step,
 )
-from orderflow_pg import MigrationChecksumMismatch, migrate, migration_files, run_migrate
+from orderflow_pg import (
+    MigrationChecksumMismatch,
+    PgOrderStore,
+    migrate,
+    migration_files,
+    run_migrate,
+)
 from orderflow_pg.queries import queries
 
 pytestmark = pytest.mark.postgres
@@ -44,16 +51,16 @@ EXPECTED_COLUMNS = {
     "workflow_steps": (_names(Step) - {"attempts"})
     | {f"latest_{name}" for name in _names(Attempt) - {"attempt"}}  # its latest (0021, 0025)
     | {"latest_attempt"},
-    "finished_attempts": _names(Attempt, "step_id"),
+    "finished_attempts": _names(Attempt, "step_id", "order_id"),  # keyed by order (0027)
     "step_attempts": _names(Attempt, "step_id"),  # a view: the ended ones and those under way
     "refunds": _names(Refund),
     "order_history": _names(HistoryEntry),  # a view over the outbox's transitions (0019)
     "audit_log": _names(AuditEntry, "id"),
     # number within the order, state change, payload stored without its order's id (0023)
     "outbox": _names(OutboxEvent, "order_seq", "transition", "order_id_left_out"),
-    "outbox_feed": {"one", "published_through"},  # the relay's feed position (0015)
+    "outbox_feed": {"one", "published_through", "pruned_through"},  # 0015, floor 0040
     "processed_events": {"event_id", "order_id"},
-    "api_idempotency": _names(ApiIdempotency),
+    "api_idempotency": _names(ApiIdempotency, "placement"),  # where it is kept (0027)
     "users": {
         "user_id",
         "role",
@@ -443,3 +450,62 @@ def test_0026_leaves_half_of_each_new_step_and_order_page_free(fresh_database_ur
         before, after = _across(conn, 26, options)
     assert before == [("orders", ["fillfactor=80"]), ("workflow_steps", ["fillfactor=80"])]
     assert after == [("orders", ["fillfactor=50"]), ("workflow_steps", ["fillfactor=50"])]
+
+
+OLD_UNKEYED = (
+    """
+INSERT INTO workflow_steps (step_id, order_id, kind, seq, status, created_at, attempt,
+                            max_attempts)
+VALUES (%(step)s, %(order)s, 'charge', 1, 'succeeded', %(t0)s, 2, 5)
+""",
+    """
+INSERT INTO finished_attempts (step_id, attempt, started_at, worker, finished_at, outcome)
+VALUES (%(step)s, 1, %(t0)s, 'w1', %(t0)s, 'transient')
+""",
+    """
+INSERT INTO api_idempotency (user_id, scope, key, fingerprint, resource_id, created_at)
+VALUES ('alice', 'create_order', 'k-1', 'f', %(order)s, %(t0)s),
+       ('bob', 'refund:' || %(order)s::text, 'k-2', 'f', %(refund)s, %(t0)s)
+""",
+)
+
+
+def test_0027_keys_every_order_scoped_table_by_its_order_and_places_old_idempotency_keys(
+    fresh_database_url: str,
+) -> None:
+    params = {"order": uuid.uuid4(), "step": uuid.uuid4(), "refund": uuid.uuid4(), "t0": T0}
+    _old_database(fresh_database_url, 27, OLD_UNKEYED, params)
+    keys = (
+        "SELECT c.conrelid::regclass::text, array_agg(a.attname ORDER BY k.n)"
+        " FROM pg_constraint AS c, unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)"
+        " JOIN pg_attribute AS a ON a.attnum = k.attnum"
+        " WHERE c.contype IN ('p', 'u') AND a.attrelid = c.conrelid"
+        " GROUP BY c.oid, c.conrelid ORDER BY 1, 2"
+    )
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        before, after = _across(conn, 27, keys)
+        attempts = conn.execute("SELECT order_id, step_id FROM finished_attempts").fetchall()
+        placed = conn.execute(
+            "SELECT user_id, placement FROM api_idempotency ORDER BY user_id"
+        ).fetchall()
+    order_scoped = {"orders", "workflow_steps", "finished_attempts", "outbox", "audit_log",
+                    "refunds", "processed_events"}
+    assert ("finished_attempts", ["step_id", "attempt"]) in before
+    for table, columns in after:
+        if table in order_scoped:
+            assert columns[0] == "order_id", (table, columns)
+    assert ("api_idempotency", ["placement", "user_id", "scope", "key"]) in after
+    assert attempts == [(params["order"], params["step"])]
+    # Computed as the store computes them: a create's from its key, a refund's is its order
+    assert placed == [
+        ("alice", ids.idempotency_placement("alice", "create_order", "k-1")),
+        ("bob", params["order"]),
+    ]
+    found = asyncio.run(_find(fresh_database_url, "alice", "create_order", "k-1"))
+    assert found is not None
+    assert found.resource_id == params["order"]
+
+
+async def _find(url: str, user: str, scope: str, key: str) -> ApiIdempotency | None:
+    async with PgOrderStore.open(url) as store:
+        return await store.find_idempotency(user, scope, key)

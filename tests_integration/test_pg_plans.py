@@ -42,8 +42,9 @@ FILL = [
        SELECT md5(n::text || '/' || k)::uuid, md5(n::text)::uuid, 'ship', k, 'succeeded',
               n || '/' || k, now(), 5
        FROM generate_series(1, %(orders)s) AS n, generate_series(1, %(steps)s) AS k""",
-    """INSERT INTO finished_attempts (step_id, attempt, started_at, worker, finished_at, outcome)
-       SELECT step_id, 1, now(), 'w', now(), 'succeeded' FROM workflow_steps""",
+    """INSERT INTO finished_attempts (order_id, step_id, attempt, started_at, worker, finished_at,
+                                      outcome)
+       SELECT order_id, step_id, 1, now(), 'w', now(), 'succeeded' FROM workflow_steps""",
     """INSERT INTO outbox (event_id, order_id, order_seq, type, payload, created_at)
        SELECT md5(n::text || '#' || k)::uuid, md5(n::text)::uuid, k, 'order.shipped', '{}', now()
        FROM generate_series(1, %(orders)s) AS n, generate_series(1, %(events)s) AS k""",
@@ -59,8 +60,9 @@ def _step(step_id: str, order_id: str) -> dict[str, Any]:
     }
 
 
-def _attempt(step_id: str) -> dict[str, Any]:
+def _attempt(step_id: str, order_id: str) -> dict[str, Any]:
     return {
+        "order_id": order_id,
         "step_id": step_id, "attempt": 1, "started_at": "2026-01-01T00:00:00Z", "worker": "w",
         "finished_at": "2026-01-01T00:00:01Z", "outcome": "succeeded",
     }
@@ -75,7 +77,8 @@ def _result_documents(count: int) -> str:
         docs.append({
             "guarded_step": _step(guarded, order_id), "guard_attempt": 1, "guard_owner": "w",
             "order": {"order_id": order_id}, "new_steps": [], "steps": [_step(other, order_id)],
-            "new_attempts": [], "attempts": [_attempt(guarded)], "history": [], "events": [],
+            "new_attempts": [], "attempts": [_attempt(guarded, order_id)], "history": [],
+            "events": [],
             "audit": [],
         })
     return json.dumps(docs)
