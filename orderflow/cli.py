@@ -175,7 +175,7 @@ async def serve(settings: Settings) -> None:
     stop = _stop_event()
     await runtime.check_ports(settings, api=True, mocks=not settings.external_services)
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)  # the API's /metrics covers all
@@ -188,7 +188,12 @@ async def serve(settings: Settings) -> None:
                 await runtime.warn_if_autovacuum_off(store)
                 async with prune_cli.scheduled_pruning(url, settings, stop):
                     left = await runtime.run_workers(
-                        store, services, settings, PgWakeUps(url), stop, telemetry
+                        store,
+                        services,
+                        settings,
+                        PgWakeUps(settings.direct_database_url or url),
+                        stop,
+                        telemetry,
                     )
     _say(f"orderflow stopped: {left}")
 
@@ -198,7 +203,7 @@ async def worker(settings: Settings) -> None:
     stop = _stop_event()
     await runtime.check_ports(settings, metrics=settings.metrics)
     async with runtime.database_url(settings) as url:
-        await migrate(url)
+        await migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             telemetry = runtime.make_telemetry(settings, store, database_gauges=False)
             async with (
@@ -211,7 +216,12 @@ async def worker(settings: Settings) -> None:
                 await runtime.warn_if_autovacuum_off(store)
                 async with prune_cli.scheduled_pruning(url, settings, stop):
                     left = await runtime.run_workers(
-                        store, services, settings, PgWakeUps(url), stop, telemetry
+                        store,
+                        services,
+                        settings,
+                        PgWakeUps(settings.direct_database_url or url),
+                        stop,
+                        telemetry,
                     )
     _say(f"orderflow worker {settings.worker_id} stopped: {left}")
 
@@ -221,7 +231,7 @@ async def api(settings: Settings) -> None:
     stop = _stop_event()
     await runtime.check_ports(settings, api=True)
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)
@@ -233,7 +243,7 @@ async def api(settings: Settings) -> None:
 
 async def migrate_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
-        applied = await migrate(url)
+        applied = await migrate(settings.direct_database_url or url)
         print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
 
 

@@ -53,6 +53,8 @@ class HttpLimits:
     max_connections: int = 1000
     max_line_bytes: int = 8190
     max_headers: int = 100
+    # At the connection cap an idle connection gives way to a new one after this long.
+    pressure_idle_s: float = 1.0
 
 
 # --- Retention (docs/retention.md) -------------------------------------------------------------
@@ -172,6 +174,17 @@ class Settings:
     notifications_url: str | None = None
     process_version: int = NEWEST
     retention: RetentionSettings = RetentionSettings()
+    # -- database connections and the request deadline (docs/high-availability.md) --------
+    # ORDERFLOW_REQUEST_DEADLINE_S (3): how long one API request may wait for everything it
+    # asks the database, together (each statement alone had this long); then 503 + Retry-After.
+    request_deadline_s: float = 3.0
+    # ORDERFLOW_DATABASE_POOLER (none): `transaction` when ORDERFLOW_DATABASE_URL goes through
+    # pgbouncer in transaction mode: no server-side prepared statements, no startup options.
+    database_pooler: str = "none"
+    # ORDERFLOW_DIRECT_DATABASE_URL (unset: ORDERFLOW_DATABASE_URL): PostgreSQL itself, not
+    # through a transaction pooler, for what needs a session of its own: the workers' LISTEN
+    # for wake-ups and the migrations' advisory lock. Required with a transaction pooler.
+    direct_database_url: str | None = None
 
     @property
     def archive_dir(self) -> Path:
@@ -469,8 +482,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
+        request_deadline_s=_get(env, "ORDERFLOW_REQUEST_DEADLINE_S", _positive, 3.0),
+        database_pooler=_get(env, "ORDERFLOW_DATABASE_POOLER", _pooler, "none"),
+        direct_database_url=_get(
+            env, "ORDERFLOW_DIRECT_DATABASE_URL", _database_url, None, show=redacted_database_url
+        ),
         retention=_retention(env),
     )
+    if settings.database_pooler == "transaction" and settings.direct_database_url is None:
+        raise ConfigError(
+            "ORDERFLOW_DATABASE_POOLER=transaction: set ORDERFLOW_DIRECT_DATABASE_URL to reach"
+            " PostgreSQL without the pooler (LISTEN and the migrations' lock need a session)"
+        )
     return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
 
 
@@ -490,6 +513,12 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
             "customer, so it needs ORDERFLOW_NOTIFICATIONS_URL when the three service URLs are set"
         )
     return attrs.evolve(settings, process_version=max(set(PROCESSES) - needs))
+
+
+def _pooler(value: str) -> str:
+    if value not in ("none", "transaction"):
+        raise ValueError("expected 'none' (direct or session pooling) or 'transaction'")
+    return value
 
 
 def _process_version(value: str) -> int:
@@ -569,6 +598,9 @@ def _http_limits(env: Mapping[str, str]) -> HttpLimits:
             env, "ORDERFLOW_HTTP_MAX_LINE_BYTES", _line_bytes, default.max_line_bytes
         ),
         max_headers=_get(env, "ORDERFLOW_HTTP_MAX_HEADERS", _positive_int, default.max_headers),
+        pressure_idle_s=_get(
+            env, "ORDERFLOW_HTTP_PRESSURE_IDLE_S", _positive, default.pressure_idle_s
+        ),
     )
 
 
@@ -717,6 +749,16 @@ VARIABLE_HELP: Mapping[str, str] = {
     "ORDERFLOW_CHAIN_STEPS": "`1`: a worker goes straight on with the step a result makes due, "
     "its intent committed with that result (fewer claims and transactions); `0`: every step is "
     "claimed.",
+    # High availability (docs/high-availability.md).
+    "ORDERFLOW_REQUEST_DEADLINE_S": "One API request waits at most this long for everything it "
+    "asks the database, together; then 503 `store_unavailable` with `Retry-After`.",
+    "ORDERFLOW_DATABASE_POOLER": "`transaction` when `ORDERFLOW_DATABASE_URL` goes through "
+    "pgbouncer in transaction mode (server-side prepared statements off); `none` otherwise.",
+    "ORDERFLOW_DIRECT_DATABASE_URL": "PostgreSQL itself, not through the pooler: the workers' "
+    "LISTEN for wake-ups and the migrations' advisory lock need a session of their own. Unset: "
+    "`ORDERFLOW_DATABASE_URL`; required with `ORDERFLOW_DATABASE_POOLER=transaction`.",
+    "ORDERFLOW_HTTP_PRESSURE_IDLE_S": "At `ORDERFLOW_HTTP_MAX_CONNECTIONS`, a connection idle "
+    "this long gives way to a new one.",
     # Retention (docs/retention.md; RetentionSettings holds each default's reason).
     "ORDERFLOW_RETENTION_ORDERS": "Finished orders stay readable through the API this long; then "
     "they are archived and removed with their steps, attempts, refunds, events and processed "

@@ -132,7 +132,12 @@ def _port_problems(wanted: list[tuple[str, int, str]]) -> list[str]:
 async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore]:
     """A pool sized for the executor's concurrency plus the API."""
     size = settings.timing.max_concurrent + 10
-    async with PgOrderStore.open(url, min_size=2, max_size=size) as store:
+    async with PgOrderStore.open(
+        url,
+        min_size=2,
+        max_size=size,
+        transaction_pooler=settings.database_pooler == "transaction",
+    ) as store:
         yield store
 
 
@@ -270,7 +275,11 @@ async def serving_api(
 
     limits = ServerLimits(**attrs.asdict(settings.http_limits))
     app = create_app(
-        service, readiness=ready, body_timeout_s=limits.body_timeout_s, telemetry=telemetry
+        service,
+        readiness=ready,
+        body_timeout_s=limits.body_timeout_s,
+        telemetry=telemetry,
+        request_deadline_s=settings.request_deadline_s,
     )
     async with AsyncExitStack() as stack:
         try:

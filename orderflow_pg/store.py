@@ -16,7 +16,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import ids
+from orderflow_core import deadlines, ids
 from orderflow_core.errors import (
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
@@ -88,6 +88,7 @@ class PgOrderStore:
         max_size: int = 10,
         statement_timeout_s: float = 3.0,
         connect_timeout_s: float = 10.0,
+        transaction_pooler: bool = False,
     ) -> AsyncIterator[PgOrderStore]:
         """A store on a fresh pool; size it for the executor's concurrency plus the API.
 
@@ -100,6 +101,7 @@ class PgOrderStore:
             max_size=max_size,
             statement_timeout_s=statement_timeout_s,
             connect_timeout_s=connect_timeout_s,
+            transaction_pooler=transaction_pooler,
         ) as database:
             yield cls(database)
 
@@ -117,7 +119,8 @@ class PgOrderStore:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._creates.append((change, future))
         if self._create_writer is None or self._create_writer.done():
-            self._create_writer = asyncio.create_task(self._write_creates())
+            with deadlines.detached():  # it writes for every caller, not for this one alone
+                self._create_writer = asyncio.create_task(self._write_creates())
         await future
 
     async def _write_creates(self) -> None:
