@@ -41,6 +41,7 @@ TITLES: Mapping[str, str] = {
     "concurrent_update": "Concurrent update",
     "validation_failed": "Validation failed",
     "invalid_parameter": "Invalid query parameter",
+    "cursor_expired": "Events after this cursor are no longer kept",
     "malformed_json": "Malformed JSON",
     "unsupported_media_type": "Unsupported media type",
     "payload_too_large": "Payload too large",
