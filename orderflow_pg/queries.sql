@@ -426,17 +426,19 @@ FROM claimed AS c
 -- On Citus (docs/citus.md): the steps a claim would consider, earliest due first, read
 -- without any lock (a multi-shard read; Citus takes row locks only in one-shard statements).
 -- Each is then claimed through its order alone (`claim_order`).
-(SELECT order_id, seq, next_attempt_at AS due_at
- FROM workflow_steps
- WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
- ORDER BY next_attempt_at
- LIMIT %(window)s)
-UNION ALL
-(SELECT order_id, seq, lease_expires_at AS due_at
- FROM workflow_steps
- WHERE status = 'running' AND lease_expires_at <= %(now)s
- ORDER BY lease_expires_at
- LIMIT %(window)s)
+SELECT order_id, seq, due_at FROM (
+    (SELECT order_id, seq, next_attempt_at AS due_at
+     FROM workflow_steps
+     WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
+     ORDER BY next_attempt_at
+     LIMIT %(window)s)
+    UNION ALL
+    (SELECT order_id, seq, lease_expires_at AS due_at
+     FROM workflow_steps
+     WHERE status = 'running' AND lease_expires_at <= %(now)s
+     ORDER BY lease_expires_at
+     LIMIT %(window)s)
+) AS c
 ORDER BY due_at
 LIMIT %(window)s
 

@@ -40,7 +40,13 @@ from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
-from orderflow_pg.reads import claimed_aggregates, lock_aggregates, read_aggregate, read_view
+from orderflow_pg.reads import (
+    claimed_aggregates,
+    lock_aggregates,
+    lock_each,
+    read_aggregate,
+    read_view,
+)
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     apply_documents,
@@ -308,9 +314,8 @@ class PgOrderStore:
         stale: list[int],
     ) -> None:
         unread = [order_id for index, order_id, _ in updates if index not in copies]
-        aggregates = (
-            await lock_aggregates(conn, unread, one_by_one=self.distributed) if unread else {}
-        )
+        locking = lock_each if self.distributed else lock_aggregates
+        aggregates = await locking(conn, unread) if unread else {}
         docs: list[dict[str, Any]] = []
         sent: list[_Sent | None] = []  # per document; None: a rejection on a locked read
         for index, order_id, decide in updates:
