@@ -12,6 +12,9 @@ from orderflow_core.errors import DuplicateIdempotencyKey, OrderflowError, Store
 from orderflow_pg.deadline import hard_deadline
 
 IDEMPOTENCY_CONSTRAINT = "api_idempotency_pkey"
+# On Citus a create's order takes the id its idempotency key gives (`ids.keyed_order_id`): a
+# second create under the key meets the order's key first, and only creates insert orders.
+KEYED_ORDER_CONSTRAINT = "orders_pkey"
 
 
 class MigrationChecksumMismatch(OrderflowError):
@@ -22,12 +25,12 @@ class MigrationChecksumMismatch(OrderflowError):
 
 def _is_idempotency_key(constraint: str | None) -> bool:
     """Whether a unique violation is of the idempotency key: on Citus a shard reports its
-    own copy's name (`api_idempotency_pkey_102008`)."""
+    own copy's name (`api_idempotency_pkey_102008`), and a keyed order's id is its key."""
     if constraint is None:
         return False
     base, _, suffix = constraint.rpartition("_")
     return constraint == IDEMPOTENCY_CONSTRAINT or (
-        base == IDEMPOTENCY_CONSTRAINT and suffix.isdigit()
+        base in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT) and suffix.isdigit()
     )
 
 
@@ -51,7 +54,10 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
     except pg_errors.InternalError_ as exc:
         # Citus reports a shard's unique violation met by rows it copied from the coordinator
         # as an internal error naming the shard's constraint
-        if f'unique constraint "{IDEMPOTENCY_CONSTRAINT}_' in str(exc):
+        if any(
+            f'unique constraint "{name}_' in str(exc)
+            for name in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT)
+        ):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
