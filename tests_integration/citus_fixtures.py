@@ -38,6 +38,11 @@ TABLES = (
 )
 
 
+# The local cluster this session started (none with ORDERFLOW_TEST_CITUS_URL): fault tests
+# restart its nodes.
+LOCAL: list[citus.Cluster] = []
+
+
 @pytest.fixture(scope="session")
 def citus_database() -> Iterator[str]:
     """A migrated, distributed database on a Citus cluster (its coordinator's URL)."""
@@ -50,6 +55,7 @@ def citus_database() -> Iterator[str]:
     if missing is not None:
         pytest.skip(f"no Citus cluster: {URL_VARIABLE} is unset and {missing}")
     with citus.running(workers=2) as cluster:
+        LOCAL.append(cluster)
         url = cluster.create_database("orderflow_citus")
         asyncio.run(distribute(url, shard_count=TEST_SHARDS))
         yield url

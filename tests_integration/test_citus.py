@@ -318,3 +318,43 @@ def test_a_worker_sigkilled_under_load_loses_no_order_and_charges_none_twice(
     )
     assert _count(citus_url, twice) == 0
     assert _count(citus_url, "SELECT count(*) FROM orders") == 30
+
+
+def test_a_citus_worker_node_restarted_under_load_loses_no_order_and_charges_none_twice(
+    procs: list[Any], citus_url: str
+) -> None:
+    """Two `orderflow worker` processes on the cluster; one Citus worker node is stopped at
+    once (as a crash) and started again while orders are in flight. Every order ships, each
+    charge step succeeds once."""
+    from citus_fixtures import LOCAL
+    from processes import Proc, base_env, eventually, free_port
+    from test_cli import _count, _create_orders, _worker_env
+
+    if not LOCAL:
+        pytest.skip("restarts a node of the harness's own cluster (ORDERFLOW_TEST_CITUS_URL set)")
+    mocks_port = free_port()
+    mocks = Proc("mocks", base_env(ORDERFLOW_MOCKS_PORT=str(mocks_port)))
+    procs.append(mocks)
+    mocks.wait_for("listening")
+    _create_orders(citus_url, 30)
+    short = {
+        "ORDERFLOW_MAX_CONCURRENT_STEPS": "5",
+        "ORDERFLOW_LEASE_S": "4",
+        "ORDERFLOW_HEARTBEAT_S": "1",
+    }
+    procs.extend(
+        Proc("worker", _worker_env(citus_url, mocks_port, name, **short))
+        for name in ("worker-a", "worker-b")
+    )
+    shipped = "SELECT count(*) FROM orders WHERE state = 'shipped'"
+    eventually(lambda: _count(citus_url, shipped) >= 3, timeout_s=300, what="3 shipped")
+    LOCAL[0].restart_node(LOCAL[0].workers[0])
+    eventually(lambda: _count(citus_url, shipped) == 30, timeout_s=600, what="30 shipped")
+    charged = "SELECT count(*) FROM workflow_steps WHERE kind = 'charge' AND status = 'succeeded'"
+    assert _count(citus_url, charged) == 30
+    twice = (
+        "SELECT count(*) FROM (SELECT order_id FROM workflow_steps WHERE kind = 'charge'"
+        " GROUP BY order_id HAVING count(*) > 1) AS t"
+    )
+    assert _count(citus_url, twice) == 0
+    assert _count(citus_url, "SELECT count(*) FROM orders") == 30
