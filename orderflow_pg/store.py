@@ -156,7 +156,7 @@ class PgOrderStore:
         try:
             async with self._db.connection("create") as conn:
                 docs = [change_doc(c, new=True) for c, _ in batch]
-                await apply_documents(conn, docs, one_order=self.distributed)
+                await _apply(conn, docs, one_order=self.distributed)
         except asyncio.CancelledError:
             for _, future in batch:
                 future.cancel()
@@ -712,7 +712,7 @@ async def _commit(
     (unless it was decided on a kept copy: that one is decided again on a fresh read). A
     document without a `_Sent` (a rejection the read foresaw) is SKIPPED: its change wrote
     nothing, whatever the statement did."""
-    applied = await apply_documents(conn, docs, one_order=one_order)
+    applied = await _apply(conn, docs, one_order=one_order)
     outcomes = [
         Written.SKIPPED if entry is None else Written.APPLIED if ok else Written.REJECTED
         for entry, ok in zip(sent, applied, strict=True)
@@ -722,7 +722,7 @@ async def _commit(
         for entry, outcome in zip(sent, outcomes, strict=True)
         if entry is not None and outcome is Written.REJECTED and not entry.from_copy
     ]
-    await apply_documents(conn, [d for d in rejections if d is not None], one_order=one_order)
+    await _apply(conn, [d for d in rejections if d is not None], one_order=one_order)
     return outcomes
 
 
@@ -769,6 +769,13 @@ def _idempotency_key(user_id: str, scope: str, key: str) -> dict[str, Any]:
     """The parameters of `find_idempotency`: the key and where it is kept."""
     placement = ids.idempotency_placement(user_id, scope, key)
     return {"placement": placement, "user_id": user_id, "scope": scope, "key": key}
+
+
+async def _apply(conn: Connection, docs: list[dict[str, Any]], *, one_order: bool) -> list[bool]:
+    """`apply_documents`, each document in its own one-order statement on Citus."""
+    if one_order:
+        return await apply_documents(conn, docs, one_order=True)
+    return await apply_documents(conn, docs)
 
 
 def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
