@@ -4,7 +4,9 @@ Runs inside bench/.peer-venv (never imported by orderflow):
     python bench/peer_chains.py SYSTEM DB_URL MOCKS_URL ORDERS CONCURRENCY
 with SYSTEM one of pgqueuer (psycopg driver), pgqueuer-asyncpg, procrastinate.
 Each job calls the same simulated service our executor calls (same idempotency headers), then
-enqueues the next job. Prints one JSON line: chains/s, chain latency percentiles.
+enqueues the next job. Prints `{"load": "start"}` before the first enqueue and `{"load": "end"}`
+when the last chain is done (the bench reads the processes' CPU at both), then one JSON line:
+chains/s, chain latency percentiles.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -26,6 +29,13 @@ import psycopg
 from pgqueuer import AsyncpgDriver, PsycopgDriver, QueueManager
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
+
+
+def _cpu_s() -> float:
+    """This process's CPU so far (all its threads), for the bench's load markers."""
+    t = os.times()
+    return t.user + t.system
+
 
 ITEMS = [{"sku": "SKU-BENCH-1", "quantity": 2}, {"sku": "SKU-BENCH-2", "quantity": 1}]
 ENQUEUE_BATCH = 100
@@ -73,9 +83,11 @@ class Chains:
             if len(self.latencies) >= self.orders and not self.finished.is_set():
                 self.finished_at = time.time()
                 self.finished.set()
+                print(json.dumps({"load": "end", "cpu_s": _cpu_s()}), flush=True)
 
 
 def _batches(chains: Chains) -> list[list[dict[str, Any]]]:
+    print(json.dumps({"load": "start", "cpu_s": _cpu_s()}), flush=True)  # the bench reads CPU
     chains.started = time.time()
     orders = chains.orders
     ids = [str(uuid.uuid4()) for _ in range(orders)]

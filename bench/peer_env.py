@@ -15,6 +15,7 @@ PACKAGES = (
     "pgqueuer==1.6.0",
     "asyncpg>=0.29",
     "procrastinate==3.10.0",
+    "dbos==3.4.0",
     "psycopg[binary]>=3.2",
     "aiohttp>=3.10",
     "matplotlib>=3.8",
@@ -52,7 +53,7 @@ def versions() -> dict[str, str]:
     """Installed versions of the peers, as the report names them."""
     code = (
         "import importlib.metadata as m, json;"
-        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'psycopg', 'aiohttp');"
+        "names = ('pgqueuer', 'asyncpg', 'procrastinate', 'dbos', 'psycopg', 'aiohttp');"
         "print(json.dumps({p: m.version(p) for p in names}))"
     )
     done = subprocess.run([str(python()), "-c", code], capture_output=True, text=True,

@@ -43,9 +43,11 @@ def main(src: str, dst: str) -> None:
     right.set_title("latency")
     right.legend(fontsize=7)
     m = results["machine"]
-    pg, tps = m["postgresql"]["server_version"], results["ceiling"]["tps"]
-    fig.suptitle(f"orderflow, {m['cores']} cores, PostgreSQL {pg}, pgbench -N {tps:g} TPS",
-                 fontsize=9)
+    pg = m["postgresql"]["server_version"]
+    floors = ", ".join(f"{f['mocks_latency_ms']} ms {f.get('chains_per_s')}/s"
+                       for f in results.get("floor") or [])
+    fig.suptitle(f"orderflow, {m['cores']} cores, PostgreSQL {pg}"
+                 + (f", cost floor {floors}" if floors else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 

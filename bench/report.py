@@ -13,11 +13,26 @@ from bench import cpu, peer_env
 PLOT = Path(__file__).resolve().parent / "plot.py"
 
 
-def _ceiling_ratio(run: dict[str, Any], tps: float) -> None:
-    per_order = run.get("xacts_per_order")
-    if per_order and run.get("orders_per_s"):
-        run["ceiling_orders_per_s"] = round(tps / per_order, 1)
-        run["ceiling_ratio"] = round(run["orders_per_s"] / run["ceiling_orders_per_s"], 3)
+def _floor_ratio(run: dict[str, Any], floors: list[dict[str, Any]]) -> None:
+    """Our orders/s ÷ the floor's at the same mocks latency (≤ 1: the share of the bare job's
+    rate we reach), and our CPU per order ÷ the floor's (≥ 1: what everything we add costs)."""
+    floor = next((f for f in floors if f.get("mocks_latency_ms") == run.get("mocks_latency_ms")
+                  and f.get("chains_per_s")), None)
+    if floor is None:
+        return
+    if run.get("orders_per_s"):
+        run["floor_ratio"] = round(run["orders_per_s"] / floor["chains_per_s"], 2)
+    if run.get("cpu_total_ms_per_order") and floor.get("cpu_total_ms_per_order"):
+        run["floor_cpu_ratio"] = round(
+            run["cpu_total_ms_per_order"] / floor["cpu_total_ms_per_order"], 2)
+
+
+def pair_key(system: str) -> str:
+    """The name of a system's figures in a pairs entry: `peer` is pgqueuer-asyncpg (the first
+    paired peer, and the key of every earlier run's pairs), `dbos`, `floor`, or its own."""
+    if system == "pgqueuer-asyncpg":
+        return "peer"
+    return "dbos" if system.startswith("dbos") else system
 
 
 def _cpu_capacity(run: dict[str, Any], cores: int | None, rate: float | None) -> None:
@@ -26,11 +41,11 @@ def _cpu_capacity(run: dict[str, Any], cores: int | None, rate: float | None) ->
 
 
 def derive(results: dict[str, Any]) -> None:
-    """Ceiling ratio and CPU capacity per order per run, our orders/s over each peer's
-    chains/s, the issue's targets."""
-    tps, cores = results["ceiling"]["tps"], results["machine"]["cores"]
+    """Floor ratios and CPU capacity per order per run, our orders/s over each peer's
+    chains/s, the alternated pairs' ratios, the issue's targets."""
+    cores, floors = results["machine"]["cores"], results.get("floor") or []
     for run in [*results["runs"], *results["sweep"], results.get("profile_run") or {}]:
-        _ceiling_ratio(run, tps)
+        _floor_ratio(run, floors)
         _cpu_capacity(run, cores, run.get("orders_per_s"))
     if results.get("soak"):
         _cpu_capacity(results["soak"], cores, results["soak"]["achieved_orders_per_s"])
@@ -40,21 +55,45 @@ def derive(results: dict[str, Any]) -> None:
             one = min(ours, key=lambda r: r["workers"])
             peer_run["our_orders_per_s_same_workers"] = one["orders_per_s"]
             peer_run["our_ratio"] = round(one["orders_per_s"] / peer_run["chains_per_s"], 2)
-    results["pair_summary"] = pair_summary(results.get("pairs") or [])
+    for against in PAIRED:
+        results[f"pair_summary_{against}"] = pair_summary(results.get("pairs") or [], against)
+    results["pair_summary"] = results.pop("pair_summary_peer")
+    results["pair_cpu_summary"] = pair_cpu_summary(results.get("pairs") or [])
     results["targets"] = _targets(results)
 
 
-def pair_summary(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mocks latency: the ratio of each alternated pair (ours ÷ the peer's), their mean,
-    lowest and highest. A pair with a run that failed is left out."""
+PAIRED = ("peer", "dbos", "floor")
+
+
+def pair_summary(pairs: list[dict[str, Any]], against: str = "peer") -> list[dict[str, Any]]:
+    """Per mocks latency: the ratio of each alternated round (our orders/s ÷ the chains/s of
+    `against`: `peer` = pgqueuer-asyncpg, `dbos`, `floor`), their mean, lowest and highest. A
+    round with a run that failed is left out."""
     summary = []
     for latency in sorted({p["mocks_latency_ms"] for p in pairs}):
-        ratios = [round(p["ours"] / p["peer"], 2) for p in pairs
-                  if p["mocks_latency_ms"] == latency and p.get("ours") and p.get("peer")]
+        ratios = [round(p["ours"] / p[against], 2) for p in pairs
+                  if p["mocks_latency_ms"] == latency and p.get("ours") and p.get(against)]
         if ratios:
             summary.append({"mocks_latency_ms": latency, "ratios": ratios,
                             "mean": round(sum(ratios) / len(ratios), 2),
                             "min": min(ratios), "max": max(ratios)})
+    return summary
+
+
+def pair_cpu_summary(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mocks latency and system: the mean total CPU per order over the rounds (ms, all
+    processes: for ours API, worker, mocks, PostgreSQL and the load generator; for a peer or
+    the floor its process, the mocks and PostgreSQL)."""
+    summary = []
+    for latency in sorted({p["mocks_latency_ms"] for p in pairs}):
+        rounds = [p for p in pairs if p["mocks_latency_ms"] == latency]
+        row: dict[str, Any] = {"mocks_latency_ms": latency}
+        for key in ("ours", *PAIRED):
+            values = [v for p in rounds
+                      if (v := (p.get("cpu_total_ms_per_order") or {}).get(key)) is not None]
+            if values:
+                row[key] = round(sum(values) / len(values), 2)
+        summary.append(row)
     return summary
 
 
@@ -65,8 +104,6 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     ratios = [(p["system"], p.get("our_ratio")) for p in results["peers"].get("runs", [])]
     soak = results.get("soak")
     rows = [
-        ("ceiling ratio ≥ 0.5", min((r.get("ceiling_ratio") or 0 for r in runs), default=None),
-         lambda v: v >= 0.5),
         ("≤ 10 transactions per order",
          max((r.get("xacts_per_order") or 0 for r in runs), default=None), lambda v: v <= 10),
         ("POST /orders p99 ≤ 20 ms at half the max throughput",
@@ -77,6 +114,15 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("the same, mean of the alternated pairs at each latency",
          min((p["mean"] for p in results.get("pair_summary") or []), default=None),
          lambda v: v >= 1),
+        ("orders/s ≥ 1.3 × pgqueuer-asyncpg chains/s, mean of the alternated pairs",
+         min((p["mean"] for p in results.get("pair_summary") or []), default=None),
+         lambda v: v >= 1.3),
+        ("orders/s ≥ 4 × DBOS workflows/s, mean of the alternated rounds",
+         min((p["mean"] for p in results.get("pair_summary_dbos") or []), default=None),
+         lambda v: v >= 4),
+        ("total CPU per order ≤ 6 ms (1 worker, closed loop, every process)",
+         max((r.get("cpu_total_ms_per_order") or 0 for r in runs if r["workers"] == 1),
+             default=None), lambda v: v <= 6),
         ("orders/s ≥ 3 × procrastinate chains/s",
          min((v for k, v in ratios if k == "procrastinate" and v), default=None),
          lambda v: v >= 3),
@@ -132,7 +178,7 @@ def _libraries(machine: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    m, c = results["machine"], results["ceiling"]
+    m = results["machine"]
     pg = m["postgresql"]
     lines = [
         "# orderflow benchmark — latest run", "",
@@ -143,11 +189,11 @@ def markdown(results: dict[str, Any]) -> str:
         f"load average {m['load_average_at_start']} → "
         f"{m.get('load_average_at_end')}; launcher `{results['launcher']}`; wall time "
         f"{results['wall_time_s']} s{_libraries(m)}.", "",
-        f"Ceiling: `{c['command']}` → **{c['tps']:g} TPS**.", "",
+        *_floor_lines(results),
         "| mocks ms | workers × conc. | orders/s | steps/s (per worker) | xacts/order | "
         "statements/order | WAL KB/order (full-page images) | rows written/order | "
         "POST p50 / p95 / p99 ms | created→shipped p50 / p95 / p99 ms | peak RSS MiB api / "
-        "worker / mocks | ceiling ratio |",
+        "worker / mocks | floor ratio: orders/s (CPU/order) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["runs"]:
@@ -160,7 +206,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r.get('rows_written_per_order', '–')} | "
             f"{_ms(r['post_latency_ms'], 'p50', 'p95', 'p99')} | "
             f"{_ms(r['created_to_shipped_ms'], 'p50', 'p95', 'p99')} | {_rss(r['peak_rss_mib'])} "
-            f"| {r.get('ceiling_ratio')} |")
+            f"| {r.get('floor_ratio', '–')} ({r.get('floor_cpu_ratio', '–')}×) |")
     lines += _cpu_lines(results)
     lines += _wal_lines(results)
     lines += ["", "Offered load (open loop) — "
@@ -175,11 +221,13 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", "Peers (same server, same simulated services, 1 process, concurrency "
               f"{results['options']['concurrency']}; versions {results['peers'].get('versions')}):",
               "", "| peer | mocks ms | chains/s | xacts/chain | chain p50 / p99 ms | RSS MiB | "
-              "our orders/s ÷ its chains/s |", "|---|---|---|---|---|---|---|"]
+              "CPU ms/chain (its process / mocks / postgres) | our orders/s ÷ its chains/s |",
+              "|---|---|---|---|---|---|---|---|"]
     for p in results["peers"].get("runs", []):
-        lines.append(f"| {p['system']} | {p.get('mocks_latency_ms')} | {p.get('chains_per_s')} | "
-                     f"{p.get('xacts_per_chain')} | {_ms(p.get('chain_latency_ms'), 'p50', 'p99')}"
-                     f" | {p.get('peak_rss_mib')} | {p.get('our_ratio')} |")
+        lines.append(f"| {_peer_name(p)} | {p.get('mocks_latency_ms')} | "
+                     f"{p.get('chains_per_s')} | {p.get('xacts_per_chain')} | "
+                     f"{_ms(p.get('chain_latency_ms'), 'p50', 'p99')} | {p.get('peak_rss_mib')} | "
+                     f"{_cpu_split(p)} | {p.get('our_ratio')} |")
     lines += _pair_lines(results)
     lines += ["", "Targets of issue 8 (reported, never asserted):", "",
               "| target | worst measured | met |", "|---|---|---|"]
@@ -189,19 +237,72 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _peer_name(run: dict[str, Any]) -> str:
+    opts = run.get("options") or {}
+    if not run.get("system", "").startswith("dbos") or not opts:
+        return str(run.get("system"))
+    return (f"{run['system']} ({opts.get('dbos_mode')}, polling {opts.get('dbos_polling_s'):g} s"
+            f", enqueue {opts.get('dbos_enqueue_batch')} per transaction)")
+
+
+def _cpu_split(run: dict[str, Any]) -> str:
+    per = run.get("cpu_ms_per_order") or {}
+    if not per:
+        return "–"
+    return (f"{run.get('cpu_total_ms_per_order')} ({per.get('worker', '–')} / "
+            f"{per.get('mocks', '–')} / {per.get(cpu.POSTGRES, '–')})")
+
+
+FLOOR_NOTE = ("Cost floor (`bench/floor.py`, the same orders, mocks and concurrency: per order the "
+              "three calls and one group-committed durable write of each result, nothing else; "
+              "docs/benchmark.md):")
+
+
+def _floor_lines(results: dict[str, Any]) -> list[str]:
+    floors = results.get("floor") or []
+    if not floors:
+        return ["Cost floor: not measured (`--no-floor`).", ""]
+    lines = [FLOOR_NOTE, "", "| mocks ms | orders/s | CPU ms/order (its process / mocks / "
+             "postgres) | order p50 / p99 ms | xacts/order |", "|---|---|---|---|---|"]
+    lines += [f"| {f['mocks_latency_ms']} | **{f.get('chains_per_s')}** | {_cpu_split(f)} | "
+              f"{_ms(f.get('chain_latency_ms'), 'p50', 'p99')} | {f.get('xacts_per_chain')} |"
+              for f in floors]
+    return [*lines, ""]
+
+
+PAIR_NAMES = {"peer": "pgqueuer-asyncpg", "dbos": "DBOS", "floor": "the floor"}
+
+
 def _pair_lines(results: dict[str, Any]) -> list[str]:
-    if not results.get("pair_summary"):
+    if not results.get("pairs"):
         return []
-    lines = ["", "Alternated pairs (ours with 1 worker, then pgqueuer-asyncpg, the same number of "
-             "orders and chains, one pair after the other):", "",
-             "| mocks ms | ours orders/s | peer chains/s | ratio of each pair | mean (min–max) |",
-             "|---|---|---|---|---|"]
-    for row in results["pair_summary"]:
-        pairs = [p for p in results["pairs"] if p["mocks_latency_ms"] == row["mocks_latency_ms"]]
-        lines.append(f"| {row['mocks_latency_ms']} | {' / '.join(str(p['ours']) for p in pairs)}"
-                     f" | {' / '.join(str(p['peer']) for p in pairs)} | "
-                     f"{' / '.join(str(r) for r in row['ratios'])} | "
-                     f"**{row['mean']}** ({row['min']}–{row['max']}) |")
+    lines = ["", "Alternated rounds (ours with 1 worker, then each other system, the same number "
+             "of orders and chains, one round after the other): our orders/s ÷ its chains/s", "",
+             "| against | mocks ms | ours orders/s | its chains/s | ratio of each round | "
+             "mean (min–max) |", "|---|---|---|---|---|---|"]
+    for against in PAIRED:
+        summary = results.get("pair_summary" if against == "peer" else f"pair_summary_{against}")
+        for row in summary or []:
+            rounds = [p for p in results["pairs"]
+                      if p["mocks_latency_ms"] == row["mocks_latency_ms"]]
+            lines.append(
+                f"| {PAIR_NAMES[against]} | {row['mocks_latency_ms']} | "
+                f"{' / '.join(str(p['ours']) for p in rounds)} | "
+                f"{' / '.join(str(p.get(against)) for p in rounds)} | "
+                f"{' / '.join(str(r) for r in row['ratios'])} | "
+                f"**{row['mean']}** ({row['min']}–{row['max']}) |")
+    cpu_rows = results.get("pair_cpu_summary") or []
+    if cpu_rows:
+        lines += ["", "CPU per order in the same rounds (ms, mean; every process of each system, "
+                  "PostgreSQL included):", "",
+                  "| mocks ms | ours | pgqueuer-asyncpg | DBOS | floor | ours ÷ floor |",
+                  "|---|---|---|---|---|---|"]
+        for row in cpu_rows:
+            ratio = (round(row["ours"] / row["floor"], 2)
+                     if row.get("ours") and row.get("floor") else "–")
+            lines.append(f"| {row['mocks_latency_ms']} | "
+                         + " | ".join(str(row.get(k, "–")) for k in ("ours", *PAIRED))
+                         + f" | {ratio} |")
     return lines
 
 

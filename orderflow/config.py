@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from orderflow_core import RetryPolicy, Timing
 from orderflow_core.process import NEWEST, PROCESSES
 from orderflow_core.relay import worst_redelivery_delay_s
-from orderflow_core.states import StepKind
+from orderflow_core.steps.registry import services_needed
 
 T = TypeVar("T")
 
@@ -52,6 +52,91 @@ class HttpLimits:
     max_connections: int = 1000
     max_line_bytes: int = 8190
     max_headers: int = 100
+    # At the connection cap an idle connection gives way to a new one after this long.
+    pressure_idle_s: float = 1.0
+
+
+# --- Retention (docs/retention.md) -------------------------------------------------------------
+DAY_S = 86400.0
+
+
+@attrs.frozen
+class RetentionSettings:
+    """What `orderflow prune` (and the scheduled pruner in `worker` and `serve`) may remove, and
+    when (ORDERFLOW_RETENTION_*, ORDERFLOW_PRUNE_*, ORDERFLOW_ARCHIVE_DIR); docs/retention.md.
+
+    Each default, with its reason:
+    - orders_s, 90 days: a finished order (terminal state, no open refund, no step left to run,
+      not waiting for a person, every event published) stays readable through the API for a
+      quarter, long enough for the questions customers and support ask about an order; after
+      that it is in the archive. An unfinished or waiting order is never removed.
+    - feed_s, 7 days: a published event stays in GET /api/v1/events a week, so a consumer may be
+      down over a long weekend and resume from its cursor; an older cursor is answered 410
+      `cursor_expired`, never a silent gap. At most orders_s (an order's events go with it).
+    - idempotency_s, 24 hours: an Idempotency-Key is remembered a day, the convention of payment
+      APIs: a client retries within minutes or hours; after that the key is new again (a POST
+      with it creates a new order). At most orders_s.
+    - audit_s, 400 days: the audit log is the compliance record, kept longest (a year and an
+      annual audit's margin); entries outlive their order's removal (they are archived with it
+      too) and are removed by time once their order is gone. At least orders_s.
+    - interval_s, 300 s: how often `worker` and `serve` prune (one pruner at a time across every
+      process, by an advisory lock); 0 turns scheduled pruning off.
+    - batch, 500: orders archived and removed per transaction (rows of other kinds: 10 x this),
+      so no prune transaction holds locks or builds WAL for long.
+    - archive_dir, unset → ORDERFLOW_HOME/archive: where archived orders are written.
+    """
+
+    orders_s: float = 90 * DAY_S
+    feed_s: float = 7 * DAY_S
+    idempotency_s: float = 1 * DAY_S
+    audit_s: float = 400 * DAY_S
+    interval_s: float = 300.0
+    batch: int = 500
+    archive_dir: Path | None = None
+
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
+DURATION_EXPECTED = "expected a duration: a number and a unit s, m, h or d, e.g. 30d, 12h, 0s"
+
+
+def parse_duration(value: str) -> float:
+    """Seconds of a duration like `30d`, `12h`, `15m`, `0s`; ValueError says what is expected."""
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise ValueError(DURATION_EXPECTED)
+    return float(match["n"]) * _UNIT_S[match["unit"]]
+
+
+def _retention(env: Mapping[str, str]) -> RetentionSettings:
+    d = RetentionSettings()
+    kept = RetentionSettings(
+        orders_s=_get(env, "ORDERFLOW_RETENTION_ORDERS", parse_duration, d.orders_s),
+        feed_s=_get(env, "ORDERFLOW_RETENTION_FEED", parse_duration, d.feed_s),
+        idempotency_s=_get(env, "ORDERFLOW_RETENTION_IDEMPOTENCY", parse_duration, d.idempotency_s),
+        audit_s=_get(env, "ORDERFLOW_RETENTION_AUDIT", parse_duration, d.audit_s),
+        interval_s=_get(env, "ORDERFLOW_PRUNE_INTERVAL_S", _non_negative, d.interval_s),
+        batch=_get(env, "ORDERFLOW_PRUNE_BATCH", _positive_int, d.batch),
+        archive_dir=_get(env, "ORDERFLOW_ARCHIVE_DIR", Path, None),
+    )
+    for name, value in (
+        ("ORDERFLOW_RETENTION_FEED", kept.feed_s),
+        ("ORDERFLOW_RETENTION_IDEMPOTENCY", kept.idempotency_s),
+    ):
+        if value > kept.orders_s:
+            raise ConfigError(
+                f"{name}: must be at most ORDERFLOW_RETENTION_ORDERS ({kept.orders_s / DAY_S:g}d),"
+                " since what it keeps refers to orders that are removed after that"
+            )
+    if kept.audit_s < kept.orders_s:
+        raise ConfigError(
+            f"ORDERFLOW_RETENTION_AUDIT: must be at least ORDERFLOW_RETENTION_ORDERS "
+            f"({kept.orders_s / DAY_S:g}d): the audit log is kept longest"
+        )
+    return kept
+
+
+# --- end of retention ----------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -87,10 +172,27 @@ class Settings:
     metrics_port: int = 0
     notifications_url: str | None = None
     process_version: int = NEWEST
-    # `orderflow migrate --distribute`: how many shards each distributed table gets (Citus's
-    # own default, 32: a few per core of a cluster of some machines, room to rebalance onto
-    # more nodes; shards are the unit Citus moves, so more than nodes, fewer than hundreds).
+    # ORDERFLOW_CITUS_SHARD_COUNT (32): how many shards `orderflow migrate --distribute` gives
+    # each distributed table (Citus's own default: room to rebalance onto more nodes; shards
+    # are the unit Citus moves, so more than nodes, fewer than hundreds; docs/citus.md).
     citus_shard_count: int = 32
+    retention: RetentionSettings = RetentionSettings()
+    # -- database connections and the request deadline (docs/high-availability.md) --------
+    # ORDERFLOW_REQUEST_DEADLINE_S (3): how long one API request may wait for everything it
+    # asks the database, together (each statement alone had this long); then 503 + Retry-After.
+    request_deadline_s: float = 3.0
+    # ORDERFLOW_DATABASE_POOLER (none): `transaction` when ORDERFLOW_DATABASE_URL goes through
+    # pgbouncer in transaction mode: no server-side prepared statements, no startup options.
+    database_pooler: str = "none"
+    # ORDERFLOW_DIRECT_DATABASE_URL (unset: ORDERFLOW_DATABASE_URL): PostgreSQL itself, not
+    # through a transaction pooler, for what needs a session of its own: the workers' LISTEN
+    # for wake-ups and the migrations' advisory lock. Required with a transaction pooler.
+    direct_database_url: str | None = None
+
+    @property
+    def archive_dir(self) -> Path:
+        """Where archived orders go: ORDERFLOW_ARCHIVE_DIR, else ORDERFLOW_HOME/archive."""
+        return self.retention.archive_dir or self.home / "archive"
 
     @property
     def external_services(self) -> bool:
@@ -100,6 +202,26 @@ class Settings:
     def service_url(self, configured: str | None) -> str:
         """A configured base URL, or the built-in simulated services' address."""
         return configured or f"http://127.0.0.1:{self.mocks_port}"
+
+
+# The embedded database's folder when ORDERFLOW_HOME is unset: the nearest one in the current
+# directory or a parent (so every command run anywhere inside a project finds the database that
+# `orderflow serve` made at its top), else one in the current directory.
+HOME_FOLDER = ".orderflow"
+
+
+def find_home(start: Path) -> Path:
+    """The nearest `.orderflow` folder in `start` or one of its parents, else `start/.orderflow`
+    (where `serve` creates it; `orderflow user` refuses to, see `embedded_database_exists`)."""
+    for folder in (start, *start.parents):
+        if (folder / HOME_FOLDER).is_dir():
+            return folder / HOME_FOLDER
+    return start / HOME_FOLDER
+
+
+def embedded_database_exists(home: Path) -> bool:
+    """Whether an embedded database was made under `home` (by `serve`, `migrate`, …)."""
+    return (home / "pgdata" / "PG_VERSION").is_file()
 
 
 def _get(
@@ -318,7 +440,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=_get(
             env, "ORDERFLOW_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
-        home=Path(g("ORDERFLOW_HOME") or "./.orderflow"),
+        home=Path(g("ORDERFLOW_HOME") or find_home(Path.cwd())),
         http_host=g("ORDERFLOW_HTTP_HOST") or "127.0.0.1",
         http_port=_get(env, "ORDERFLOW_HTTP_PORT", _port, 8080),
         mocks_port=_get(env, "ORDERFLOW_MOCKS_PORT", _port, 8081),
@@ -347,7 +469,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
         citus_shard_count=_get(env, "ORDERFLOW_CITUS_SHARD_COUNT", _positive_int, 32),
+        request_deadline_s=_get(env, "ORDERFLOW_REQUEST_DEADLINE_S", _positive, 3.0),
+        database_pooler=_get(env, "ORDERFLOW_DATABASE_POOLER", _pooler, "none"),
+        direct_database_url=_get(
+            env, "ORDERFLOW_DIRECT_DATABASE_URL", _database_url, None, show=redacted_database_url
+        ),
+        retention=_retention(env),
     )
+    if settings.database_pooler == "transaction" and settings.direct_database_url is None:
+        raise ConfigError(
+            "ORDERFLOW_DATABASE_POOLER=transaction: set ORDERFLOW_DIRECT_DATABASE_URL to reach"
+            " PostgreSQL without the pooler (LISTEN and the migrations' lock need a session)"
+        )
     return _served_process_version(settings, explicit=bool(g("ORDERFLOW_PROCESS_VERSION")))
 
 
@@ -357,7 +490,8 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
     and a one-line error for a version that needs one."""
     if not settings.external_services or settings.notifications_url is not None:
         return settings
-    needs = {v for v, p in PROCESSES.items() if StepKind.NOTIFY_CUSTOMER in p.steps}
+    # What each version needs is what its step kinds call (their definitions say).
+    needs = {v for v in PROCESSES if "notifications" in services_needed(v)}
     if settings.process_version not in needs:
         return settings
     if explicit:
@@ -366,6 +500,12 @@ def _served_process_version(settings: Settings, *, explicit: bool) -> Settings:
             "customer, so it needs ORDERFLOW_NOTIFICATIONS_URL when the three service URLs are set"
         )
     return attrs.evolve(settings, process_version=max(set(PROCESSES) - needs))
+
+
+def _pooler(value: str) -> str:
+    if value not in ("none", "transaction"):
+        raise ValueError("expected 'none' (direct or session pooling) or 'transaction'")
+    return value
 
 
 def _process_version(value: str) -> int:
@@ -445,6 +585,9 @@ def _http_limits(env: Mapping[str, str]) -> HttpLimits:
             env, "ORDERFLOW_HTTP_MAX_LINE_BYTES", _line_bytes, default.max_line_bytes
         ),
         max_headers=_get(env, "ORDERFLOW_HTTP_MAX_HEADERS", _positive_int, default.max_headers),
+        pressure_idle_s=_get(
+            env, "ORDERFLOW_HTTP_PRESSURE_IDLE_S", _positive, default.pressure_idle_s
+        ),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from orderflow import version
+from orderflow import DISTRIBUTION, version
 
 # Top-level modules of the `pg` and `http` extras that the command line imports.
 SERVICE_MODULES = frozenset(
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(
             f"orderflow: the command line needs the service dependencies, and {missing} is not "
-            "installed; install them with: pip install 'orderflow[all]'",
+            f"installed; install them with: pip install '{DISTRIBUTION}[all]'",
             file=sys.stderr,
         )
         return 2

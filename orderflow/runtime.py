@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -15,7 +16,14 @@ from typing import Protocol
 import attrs
 from aiohttp import web
 
-from orderflow.config import RELAY_BATCH_S, ConfigError, NatsSettings, Settings
+from orderflow import DISTRIBUTION
+from orderflow.config import (
+    RELAY_BATCH_S,
+    ConfigError,
+    NatsSettings,
+    Settings,
+    embedded_database_exists,
+)
 from orderflow.startup import StartupError, check_database, listen_error
 from orderflow_core import Executor, OrderService, Services, SystemClock
 from orderflow_core.errors import StoreUnavailable
@@ -71,6 +79,10 @@ async def database_url(settings: Settings) -> AsyncIterator[str]:
         await check_database(settings.database_url)
         yield settings.database_url
         return
+    if not embedded_database_exists(settings.home):
+        # Said, not silent: a command run in the wrong folder would otherwise make a second,
+        # empty database without anyone noticing.
+        log.info("creating an embedded PostgreSQL under %s", settings.home.resolve())
     url = await asyncio.to_thread(start_embedded, settings.home)
     try:
         yield url
@@ -78,11 +90,54 @@ async def database_url(settings: Settings) -> AsyncIterator[str]:
         await asyncio.to_thread(stop_embedded, settings.home)
 
 
+async def check_ports(
+    settings: Settings, *, api: bool = False, mocks: bool = False, metrics: bool = False
+) -> None:
+    """Every port the command will listen on, tried at once before anything starts or is
+    printed (seeded tokens included): `StartupError` with one line per port that cannot be
+    used, so a person fixes them all in one go. Port 0 (any free port) is never busy."""
+    wanted: list[tuple[str, int, str]] = []
+    if api:
+        wanted.append((settings.http_host, settings.http_port, "ORDERFLOW_HTTP_PORT"))
+    if mocks:
+        wanted.append(("127.0.0.1", settings.mocks_port, "ORDERFLOW_MOCKS_PORT"))
+    if metrics and settings.metrics_port:
+        wanted.append((settings.http_host, settings.metrics_port, "ORDERFLOW_METRICS_PORT"))
+    problems = await asyncio.to_thread(_port_problems, wanted)
+    if problems:
+        raise StartupError("\n".join(problems))
+
+
+def _port_problems(wanted: list[tuple[str, int, str]]) -> list[str]:
+    problems: list[str] = []
+    taken: dict[int, str] = {}
+    for host, port, variable in wanted:
+        if port == 0:
+            continue
+        if port in taken:
+            problems.append(
+                f"{variable} and {taken[port]} are both {port}; set one of them to another port"
+            )
+            continue
+        taken[port] = variable
+        try:
+            # As the servers will listen (SO_REUSEADDR): a port in TIME_WAIT is not busy.
+            socket.create_server((host, port)).close()
+        except OSError as exc:
+            problems.append(str(listen_error(exc, host, port, variable)))
+    return problems
+
+
 @asynccontextmanager
 async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore]:
     """A pool sized for the executor's concurrency plus the API."""
     size = settings.timing.max_concurrent + 10
-    async with PgOrderStore.open(url, min_size=2, max_size=size) as store:
+    async with PgOrderStore.open(
+        url,
+        min_size=2,
+        max_size=size,
+        transaction_pooler=settings.database_pooler == "transaction",
+    ) as store:
         yield store
 
 
@@ -220,7 +275,11 @@ async def serving_api(
 
     limits = ServerLimits(**attrs.asdict(settings.http_limits))
     app = create_app(
-        service, readiness=ready, body_timeout_s=limits.body_timeout_s, telemetry=telemetry
+        service,
+        readiness=ready,
+        body_timeout_s=limits.body_timeout_s,
+        telemetry=telemetry,
+        request_deadline_s=settings.request_deadline_s,
     )
     async with AsyncExitStack() as stack:
         try:
@@ -324,7 +383,7 @@ async def nats_sink(nats: NatsSettings, settings: Settings) -> AsyncIterator[Eve
     except ImportError:
         raise ConfigError(
             "ORDERFLOW_NATS_URL is set but the NATS client is missing: "
-            "pip install 'orderflow[nats]'"
+            f"pip install '{DISTRIBUTION}[nats]'"
         ) from None
     sink = NatsSink(
         nats.url,

@@ -110,7 +110,7 @@ def tracer_provider() -> Any:
     except ImportError:
         log.warning(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OTLP exporter is not installed "
-            "(pip install 'orderflow[otel]'): spans are not exported"
+            "(pip install 'durable-orderflow[otel]'): spans are not exported"
         )
         return None
     name = os.environ.get("OTEL_SERVICE_NAME") or "orderflow"

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, NoReturn, TextIO
 
 from orderflow import runtime
-from orderflow.config import Settings
+from orderflow.config import HOME_FOLDER, Settings, embedded_database_exists
 from orderflow.seed import SEEDED, new_token
 from orderflow.startup import StartupError
 from orderflow_core import Role, hash_token
@@ -151,6 +151,13 @@ async def _act(
     out: TextIO,
     err: TextIO,
 ) -> None:
+    if not settings.database_url and not embedded_database_exists(settings.home):
+        # A second, empty database would take the user, and the running service never see it.
+        raise StartupError(
+            f"no embedded database under {settings.home} (nor in a {HOME_FOLDER} folder above the"
+            " current directory): run this in the project where `orderflow serve` runs, or set"
+            " ORDERFLOW_HOME to its .orderflow folder (or ORDERFLOW_DATABASE_URL to its database)"
+        )
     async with runtime.database_url(settings) as url:
         for applied in await migrate(url):
             print(f"applied migration {applied}", file=err)

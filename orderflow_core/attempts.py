@@ -56,6 +56,17 @@ def finish_attempt(d: Draft, step: Step, outcome: AttemptOutcome, error: str) ->
     return d.put_step(attrs.evolve(step, attempts=attempts))
 
 
+def relabel_attempt(d: Draft, step: Step, outcome: AttemptOutcome, error: str) -> Step:
+    """Correct the outcome recorded on the step's last attempt once its answer is read: a call
+    that went through can carry an answer that is no success (a status check that finds the
+    charge still pending), and the attempt says what happened, not that the call went through."""
+    attempts = tuple(
+        attrs.evolve(a, outcome=outcome, error=error or None) if a.attempt == step.attempt else a
+        for a in step.attempts
+    )
+    return d.put_step(attrs.evolve(step, attempts=attempts))
+
+
 def call_for(d: Draft, step: Step) -> CallContext:
     return CallContext(d.order.order_id, step.step_id, step.idempotency_key)
 

@@ -1,4 +1,8 @@
-"""Decisions for what people ask: create, cancel, retry, reconcile, refund. Pure functions."""
+"""Decisions for what people ask: create, cancel, retry, reconcile, refund. Pure functions.
+
+What a step kind allows (who may retry it and when, when the order may be cancelled at it) is
+the kind's own fact, read from its definition (orderflow_core/steps/definition.py).
+"""
 
 from __future__ import annotations
 
@@ -17,17 +21,17 @@ from orderflow_core.model import (
     OrderAggregate,
     Principal,
     Refund,
+    Step,
 )
-from orderflow_core.payment import OUTCOME_UNKNOWN
 from orderflow_core.process import NEWEST, process_for
 from orderflow_core.states import (
-    DUE_STATUSES,
     OrderState,
     RefundStatus,
     Role,
     StepKind,
     StepStatus,
 )
+from orderflow_core.steps.registry import STEPS, current_step, waiting_step
 from orderflow_core.vocabulary import Audit, refund_event, state_event
 
 
@@ -42,20 +46,21 @@ def create_order(
 ) -> Change:
     """A new order in `created` with its reserve step, history, event and audit;
     `trace_parent` is the creating request's trace context, kept for its steps' spans."""
+    process = process_for(process_version)
     order = Order(
         order_id=idem.resource_id,
         customer_id=principal.user_id,
         items=tuple(items),
         total_minor=sum(i.total_minor for i in items),
         currency=currency,
-        process_version=process_for(process_version).version,
+        process_version=process.version,
         state=OrderState.CREATED,
         created_at=ctx.now,
         updated_at=ctx.now,
         state_reason="order placed",
         trace_parent=trace_parent,
     )
-    d = new_order_draft(order, ctx)
+    d = new_order_draft(order, ctx, STEPS)
     entry = HistoryEntry(
         order.order_id, 1, None, OrderState.CREATED, ctx.now, ctx.actor, "order placed"
     )
@@ -65,34 +70,38 @@ def create_order(
         {**entry.event_payload(), "total_minor": order.total_minor},
     )
     d.note(Audit.ORDER_CREATED, "created", idempotency_key=idem.key)
-    d.new_step(StepKind.RESERVE)
+    d.new_step(process.first)
     return d.change(idempotency=idem)
 
 
-def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
-    """Cancel per the table; returns the change and `cancelled`, `cancelling` or `unchanged`."""
-    d = Draft(aggregate, ctx)
+def cancel_at(aggregate: OrderAggregate) -> Step:
+    """The current step the order may be cancelled at now (its kind's `cancel` fact), or
+    `InvalidTransition`."""
     state = aggregate.order.state
-    if state in (OrderState.CANCELLING, OrderState.CANCELLED):
-        return Change(), "unchanged"
-    reserve = d.latest(StepKind.RESERVE)
-    charge = d.latest(StepKind.CHARGE)
-    if state is OrderState.CREATED and reserve is not None and reserve.status in DUE_STATUSES:
-        d.cancel_waiting(StepKind.RESERVE, "cancelled by customer")
-        d.move(OrderState.CANCELLED, "cancelled before the reserve step started")
-        d.note(Audit.ORDER_CANCEL, "cancelled")
-        return d.change(), "cancelled"
-    stopped_reserve = state is OrderState.RESERVING and reserve is not None and reserve.is_stopped
-    unstarted_charge = (
-        state is OrderState.RESERVED and charge is not None and charge.status in DUE_STATUSES
-    )
-    if not (stopped_reserve or unstarted_charge):
+    step = current_step(aggregate)
+    rule = STEPS[step.kind].cancel if step is not None else None
+    if step is None or rule is None or not rule.allows(state, step):
         raise InvalidTransition(
             state.value,
             OrderState.CANCELLED.value,
             f"an order in {state.value!r} cannot be cancelled now",
         )
-    d.cancel_waiting(StepKind.CHARGE, "cancelled by customer")
+    return step
+
+
+def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
+    """Cancel per the table; returns the change and `cancelled`, `cancelling` or `unchanged`."""
+    state = aggregate.order.state
+    if state in (OrderState.CANCELLING, OrderState.CANCELLED):
+        return Change(), "unchanged"
+    step = cancel_at(aggregate)
+    d = Draft(aggregate, ctx, STEPS)
+    d.cancel_waiting(step.kind, "cancelled by customer")
+    if state is OrderState.CREATED:
+        # No step has started yet: nothing is held anywhere, nothing to give back.
+        d.move(OrderState.CANCELLED, f"cancelled before the {step.kind} step started")
+        d.note(Audit.ORDER_CANCEL, "cancelled")
+        return d.change(), "cancelled"
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "cancelled by customer")
     d.move(OrderState.CANCELLING, "cancelled by customer")
     d.new_step(StepKind.RELEASE_RESERVATION)
@@ -101,30 +110,31 @@ def cancel(aggregate: OrderAggregate, ctx: Context) -> tuple[Change, str]:
     return d.change(), "cancelling"
 
 
-def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
-    """Re-arm the current step with a fresh budget and the same key, where the rules allow."""
-    d = Draft(aggregate, ctx)
+def retry_of(aggregate: OrderAggregate, principal: Principal) -> Step:
+    """The step `principal` may re-arm now — the one the order waits on (its current step, or a
+    stopped step of a kind that outlives the order), where its kind's `retry` fact allows —
+    or `NotRetryable`."""
     order = aggregate.order
-    step = aggregate.current_step
+    step = waiting_step(aggregate)
     operator = principal.role is Role.OPERATOR
-    notify = aggregate.latest(StepKind.NOTIFY_CUSTOMER)
-    if order.is_terminal and notify is not None and notify.is_stopped:
-        if not operator:
-            raise NotRetryable("only an operator may retry the notification")
-        step = notify
-    elif step is None or order.is_terminal:
+    if step is None:
         raise NotRetryable(f"nothing to retry in state {order.state.value!r}")
-    if order.state is OrderState.SHIPPING_FAILED:
-        if not operator or step.kind is not StepKind.SHIP:
-            raise NotRetryable("only an operator may retry shipping")
-        d.move(OrderState.SHIPPING, "operator retries shipping")
-    elif not (step.status is StepStatus.FAILED or (operator and step.status is StepStatus.BLOCKED)):
+    rule = STEPS[step.kind].retry
+    if step.is_stopped and principal.role not in rule.failed and not operator:
+        raise NotRetryable(rule.others_refused or f"a {step.kind} step is not yours to retry")
+    if not (step.status is StepStatus.FAILED or (operator and step.status is StepStatus.BLOCKED)):
         raise NotRetryable(f"the current step is {step.status.value}, not retryable")
-    elif step.kind is StepKind.CHARGE and (
-        order.state is OrderState.PAYMENT_UNKNOWN
-        or (step.last_error or "").startswith(OUTCOME_UNKNOWN)
-    ):
-        raise NotRetryable("the payment outcome is unknown: reconcile instead")
+    refused = rule.refused(aggregate, step)
+    if refused is not None:
+        raise NotRetryable(refused)
+    return step
+
+
+def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
+    """Re-arm the step `retry_of` names with a fresh budget and the same key."""
+    step = retry_of(aggregate, principal)
+    d = Draft(aggregate, ctx, STEPS)
+    STEPS[step.kind].retry.rearm(d, step)
     budget = ctx.timing.retry.attempts_per_budget
     d.update_step(
         step.step_id,
@@ -148,18 +158,44 @@ def retry(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Chan
 
 def reconcile(aggregate: OrderAggregate, principal: Principal, ctx: Context) -> Change:
     """Queue a status check under the charge's key; only in payment_unknown."""
-    order = aggregate.order
-    if order.state is not OrderState.PAYMENT_UNKNOWN:
-        raise InvalidTransition(
-            order.state.value, "reconcile", "reconciliation is only possible in payment_unknown"
-        )
-    d = Draft(aggregate, ctx)
+    check_reconcile(aggregate)
+    d = Draft(aggregate, ctx, STEPS)
     if d.active(StepKind.RECONCILE_PAYMENT):
         d.note(Audit.MANUAL_RECONCILE, "already_queued", role=principal.role.value)
         return d.change()
     step = d.new_step(StepKind.RECONCILE_PAYMENT)
     d.note(Audit.MANUAL_RECONCILE, "queued", step.step_id, role=principal.role.value)
     return d.change()
+
+
+def check_reconcile(aggregate: OrderAggregate) -> None:
+    """`InvalidTransition` unless the payment is in doubt (the only time to reconcile)."""
+    order = aggregate.order
+    if order.state is not OrderState.PAYMENT_UNKNOWN:
+        raise InvalidTransition(
+            order.state.value, "reconcile", "reconciliation is only possible in payment_unknown"
+        )
+
+
+def check_refund(aggregate: OrderAggregate, amount_minor: int | None) -> int:
+    """The amount a refund of `amount_minor` (None: all that is left) gives back, or
+    `InvalidTransition` (no confirmed charge, or not shipped or shipping_failed) or
+    `ValidationFailed` (not a positive amount within what is not yet refunded)."""
+    order = aggregate.order
+    allowed = (OrderState.SHIPPED, OrderState.SHIPPING_FAILED)
+    if order.payment_status != "succeeded" or order.state not in allowed:
+        raise InvalidTransition(
+            order.state.value,
+            "refund",
+            "a refund needs a confirmed charge and shipped or shipping_failed",
+        )
+    left = unrefunded_minor(aggregate)
+    amount = left if amount_minor is None else amount_minor
+    if amount < 1 or amount > left:
+        raise ValidationFailed(
+            [{"field": "amount_minor", "message": f"a positive integer not above {left}"}]
+        )
+    return amount
 
 
 def unrefunded_minor(aggregate: OrderAggregate) -> int:
@@ -182,20 +218,8 @@ def request_refund(
 ) -> tuple[Change, UUID]:
     """A refund of a confirmed charge, after shipped or shipping_failed; its own step and key."""
     order = aggregate.order
-    allowed = (OrderState.SHIPPED, OrderState.SHIPPING_FAILED)
-    if order.payment_status != "succeeded" or order.state not in allowed:
-        raise InvalidTransition(
-            order.state.value,
-            "refund",
-            "a refund needs a confirmed charge and shipped or shipping_failed",
-        )
-    left = unrefunded_minor(aggregate)
-    amount = left if amount_minor is None else amount_minor
-    if amount < 1 or amount > left:
-        raise ValidationFailed(
-            [{"field": "amount_minor", "message": f"a positive integer not above {left}"}]
-        )
-    d = Draft(aggregate, ctx)
+    amount = check_refund(aggregate, amount_minor)
+    d = Draft(aggregate, ctx, STEPS)
     refund_id = idem.resource_id
     step = d.new_step(StepKind.REFUND, refund_id=refund_id)
     d.put_refund(

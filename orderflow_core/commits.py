@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
+from orderflow_core import deadlines
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, Observer
@@ -50,7 +51,8 @@ class CommitQueue:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queued.append((order_id, decide, future))
         if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write())
+            with deadlines.detached():  # it writes for every caller, not for this one alone
+                self._writer = asyncio.create_task(self._write())
         return await future
 
     async def drain(self) -> None:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import attention, ids, transitions
+from orderflow_core import attention, ids, process, transitions
 from orderflow_core.context import Context
 from orderflow_core.model import (
     ApiIdempotency,
@@ -27,10 +27,15 @@ from orderflow_core.vocabulary import Audit, Event, state_event, step_audit
 
 
 class Draft:
-    """Collects the edits of one decision; `change()` returns them as one atomic `Change`."""
+    """Collects the edits of one decision; `change()` returns them as one atomic `Change`.
 
-    def __init__(self, aggregate: OrderAggregate, ctx: Context) -> None:
+    `kinds`: what each step kind says of itself (the step registry's definitions), read to
+    stamp why the order waits for a person after the edits.
+    """
+
+    def __init__(self, aggregate: OrderAggregate, ctx: Context, kinds: attention.Kinds) -> None:
         self.ctx = ctx
+        self.kinds = kinds
         self.order = aggregate.order
         self._order_changed = False
         self._steps = {s.step_id: s for s in aggregate.steps}
@@ -148,6 +153,12 @@ class Draft:
         )
         return self.put_step(step)
 
+    def advance(self, done: StepKind) -> list[Step]:
+        """A `done` step carried the order forward: add the steps the order's process version
+        says follow it (`Process.then`), unless one of them is already due or running."""
+        follows = process.process_for(self.order.process_version).then.get(done, ())
+        return [self.new_step(kind) for kind in follows if not self.active(kind)]
+
     def cancel_waiting(self, kind: StepKind, reason: str) -> None:
         """Cancel steps of `kind` that wait to run (never one that is running)."""
         for step in self.steps_of(kind):
@@ -203,14 +214,14 @@ class Draft:
             steps=tuple(sorted(self._steps.values(), key=lambda s: s.seq)),
             refunds=tuple(self._refunds.values()),
         )
-        update = attention.decide(self.order, after, self.now)
+        update = attention.decide(self.order, after, self.now, self.kinds)
         if update is None:
             return
         self.set_order(attention_reason=update.reason, attention_since=update.since)
         if update.announce:
-            self.emit(Event.NEEDS_ATTENTION, attention.event_payload(after, update))
+            self.emit(Event.NEEDS_ATTENTION, attention.event_payload(after, update, self.kinds))
 
 
-def new_order_draft(order: Order, ctx: Context) -> Draft:
+def new_order_draft(order: Order, ctx: Context, kinds: attention.Kinds) -> Draft:
     """A draft for an order that does not exist yet."""
-    return Draft(OrderAggregate(order=order), ctx)
+    return Draft(OrderAggregate(order=order), ctx, kinds)

@@ -112,3 +112,10 @@ class ConcurrentUpdate(OrderflowError):
     """
 
     code = "concurrent_update"
+
+
+class FeedCursorExpired(OrderflowError):
+    """A feed cursor (`after`) older than what the feed keeps: the events after it may have been
+    removed by retention (docs/retention.md); `oldest_after` is where the kept feed starts."""
+
+    code = "cursor_expired"

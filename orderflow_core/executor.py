@@ -279,11 +279,23 @@ class Executor:
         return abandoned
 
     async def _guarded(self, claim: Claim, plan: CallPlan) -> None:
+        """Call, commit the result, and go on with each step that result chained; what fails
+        is logged and left to lease expiry."""
+        # The attempt under way: a chain goes on from the claimed step to the ones its results
+        # made due, and a warning must name the step abandoned, not the chain's first.
+        current: tuple[Claim, CallPlan] | None = (claim, plan)
         try:
-            await self._run_from(claim, plan)
+            while current is not None:
+                claim = current[0]
+                current = await self._attempt(*current)
         except (StoreUnavailable, NotFound, LeaseLost, ConcurrentUpdate) as exc:
             log.warning(
-                "step %s attempt %s left to lease expiry: %s", claim.step_id, claim.attempt, exc
+                "step %s (%s) attempt %s of order %s left to lease expiry: %s",
+                claim.step_id,
+                claim.kind.value,
+                claim.attempt,
+                claim.order_id,
+                exc,
             )
         except Exception:
             log.exception("step %s attempt %s failed unexpectedly", claim.step_id, claim.attempt)
@@ -313,12 +325,6 @@ class Executor:
             self._in_flight.discard(task)
             self._finishing.add(task)
             self._slot_freed()
-
-    async def _run_from(self, claim: Claim, plan: CallPlan) -> None:
-        """Call, commit the result, and go on with each step that result chained."""
-        current: tuple[Claim, CallPlan] | None = (claim, plan)
-        while current is not None:
-            current = await self._attempt(*current)
 
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt

@@ -14,7 +14,6 @@ from orderflow_core.states import (
     STOPPED_STATUSES,
     TERMINAL_STATES,
     AttemptOutcome,
-    AttentionReason,
     OrderState,
     PaymentStatus,
     RefundStatus,
@@ -25,18 +24,6 @@ from orderflow_core.states import (
 )
 
 JsonDict = dict[str, Any]
-
-# The steps that carry the order forward; `current_step` is the newest of these.
-MAINLINE_KINDS: frozenset[StepKind] = frozenset(
-    {
-        StepKind.RESERVE,
-        StepKind.CHARGE,
-        StepKind.RECONCILE_PAYMENT,
-        StepKind.SHIP,
-        StepKind.RELEASE_RESERVATION,
-    }
-)
-
 
 @attrs.frozen
 class Principal:
@@ -318,51 +305,10 @@ class OrderAggregate:
         )
 
     @property
-    def current_step(self) -> Step | None:
-        """The newest mainline step that was not cancelled (or the newest at all)."""
-        mainline = sorted((s for s in self.steps if s.kind in MAINLINE_KINDS), key=lambda s: s.seq)
-        live = [s for s in mainline if s.status is not StepStatus.CANCELLED]
-        if live:
-            return live[-1]
-        return mainline[-1] if mainline else None
-
-    @property
     def needs_attention(self) -> bool:
-        """Waiting for a person (docs/lifecycle.md): nothing will move this order by itself."""
-        return self.attention_reason is not None
-
-    @property
-    def attention_reason(self) -> AttentionReason | None:
-        """Why nothing will move this order until a person acts, or None if something will.
-
-        Waiting: `shipping_failed`; `payment_unknown` with no status check or charge due or
-        running (automatic reconciliation gave up, or the reservation expired while the
-        payment was in doubt); and any other live state whose current step is stopped
-        (`failed`: retries exhausted, `blocked`: a permanent technical error).
-        """
-        order = self.order
-        notify = self.latest(StepKind.NOTIFY_CUSTOMER)
-        if notify is not None and notify.is_stopped:
-            return AttentionReason.NOTIFICATION_FAILED
-        if order.is_terminal:
-            return None
-        if order.state is OrderState.SHIPPING_FAILED:
-            return AttentionReason.SHIPPING_FAILED
-        current = self.current_step
-        if order.state is OrderState.PAYMENT_UNKNOWN:
-            money_steps = (StepKind.RECONCILE_PAYMENT, StepKind.CHARGE)
-            if any(s.is_due_or_running for s in self.steps if s.kind in money_steps):
-                return None
-            reconcile = self.latest(StepKind.RECONCILE_PAYMENT)
-            if reconcile is not None and reconcile.is_stopped:
-                return AttentionReason.RECONCILE_GAVE_UP
-            # No status check is left to run only when the hold ran out first.
-            return AttentionReason.EXPIRED_WHILE_UNKNOWN
-        if current is not None and current.status is StepStatus.BLOCKED:
-            return AttentionReason.BLOCKED
-        if current is not None and current.status is StepStatus.FAILED:
-            return AttentionReason.RETRIES_EXHAUSTED
-        return None
+        """Waiting for a person (docs/lifecycle.md), as the order's stamp says: every decision
+        stamps the reason its step kinds give (`orderflow_core.steps.registry.attention_reason`)."""
+        return self.order.attention_reason is not None
 
     def with_change(self, change: Change) -> OrderAggregate:
         """The aggregate as it reads after `change` is applied (used by in-memory stores)."""

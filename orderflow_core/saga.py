@@ -11,12 +11,12 @@ from __future__ import annotations
 from orderflow_core.attempts import detail, finish_attempt, open_attempt, seconds
 from orderflow_core.context import Context
 from orderflow_core.draft import Draft
-from orderflow_core.model import MAINLINE_KINDS, Change, Claim, OrderAggregate
+from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.outcomes import Outcome, outcome_name
 from orderflow_core.process import process_for
 from orderflow_core.states import StepKind, StepStatus
 from orderflow_core.steps.definition import CallPlan
-from orderflow_core.steps.registry import definition
+from orderflow_core.steps.registry import STEPS, definition
 
 
 def guard_holds(aggregate: OrderAggregate, claim: Claim, ctx: Context) -> bool:
@@ -35,7 +35,7 @@ def decide_start(
     aggregate: OrderAggregate, claim: Claim, ctx: Context
 ) -> tuple[Change, CallPlan | None]:
     """Record the attempt's intent and the start transition; say which call to make, if any."""
-    d = Draft(aggregate, ctx)
+    d = Draft(aggregate, ctx, STEPS)
     if not guard_holds(aggregate, claim, ctx):
         return d.change(claim=claim), None
     _check_kind(aggregate, claim.kind)
@@ -63,7 +63,7 @@ def decide_result(
     intent recorded in the same transaction (rule 4 holds: the intent of step n+1 commits with
     the result of step n, before any call of step n+1); the caller goes on with it directly.
     """
-    d = Draft(aggregate, ctx)
+    d = Draft(aggregate, ctx, STEPS)
     if not guard_holds(aggregate, claim, ctx):
         if aggregate.holds(claim.guard):
             # The lease ran out but nobody took the step over yet: the store would apply this
@@ -73,7 +73,6 @@ def decide_result(
     step = finish_attempt(d, d.step(claim.step_id), outcome_name(outcome), detail(outcome))
     _check_kind(aggregate, claim.kind)
     definition(claim.kind).on_result(d, step, outcome)
-    _then(d, aggregate, claim)
     following = _start_following(d, aggregate, claim) if chain else None
     return d.change(claim=claim), following
 
@@ -84,20 +83,11 @@ def _check_kind(aggregate: OrderAggregate, kind: StepKind) -> None:
         raise ValueError(f"process version {process.version} has no {kind} step")
 
 
-def _then(d: Draft, before: OrderAggregate, claim: Claim) -> None:
-    """The steps the order's process version adds after a success of this kind."""
-    if d.step(claim.step_id).status is not StepStatus.SUCCEEDED:
-        return
-    for kind in process_for(before.order.process_version).then.get(claim.kind, ()):
-        if not d.active(kind):
-            d.new_step(kind)
-
-
 def _start_following(d: Draft, before: OrderAggregate, claim: Claim) -> Next:
     due = [
         s
         for s in d.new_steps(before)
-        if s.kind in MAINLINE_KINDS
+        if STEPS[s.kind].mainline
         and s.status is StepStatus.PENDING
         and s.next_attempt_at is not None
         and s.next_attempt_at <= d.now

@@ -20,6 +20,7 @@ from orderflow_core.errors import (
     IdempotencyKeyReused,
     InvalidParameter,
     NotFound,
+    OrderflowError,
     Unauthenticated,
 )
 from orderflow_core.model import (
@@ -60,12 +61,51 @@ ROLES: Mapping[str, frozenset[Role]] = {
 }
 
 
+# What a person may ask of an order (the order representation's `allowed_actions`), with the
+# use case (a key of `ROLES`) each one is.
+ACTIONS: Mapping[str, str] = {
+    "cancel": "cancel",
+    "retry": "retry",
+    "reconcile": "reconcile",
+    "refund": "request_refund",
+}
+
+
 @attrs.frozen
 class OrderView:
-    """An order as a reader sees it: the aggregate plus its history."""
+    """An order as a reader sees it: the aggregate plus its history, and the actions the
+    reader may ask for now (`allowed_actions`)."""
 
     aggregate: OrderAggregate
     history: tuple[HistoryEntry, ...]
+    allowed_actions: tuple[str, ...] = ()
+
+
+def allowed_actions(aggregate: OrderAggregate, principal: Principal) -> tuple[str, ...]:
+    """The actions `principal` may ask of the order now: those its role may ask for (`ROLES`)
+    that pass the checks the commands themselves make first (`commands.cancel_at`, `retry_of`,
+    `check_reconcile`, `check_refund`), so this never disagrees with what a request would get.
+    An action that would change nothing (cancelling a cancelled order, refunding what is all
+    refunded) is not listed."""
+    checks: dict[str, Callable[[], object]] = {
+        "cancel": lambda: commands.cancel_at(aggregate),
+        "retry": lambda: commands.retry_of(aggregate, principal),
+        "reconcile": lambda: commands.check_reconcile(aggregate),
+        "refund": lambda: commands.check_refund(aggregate, None),
+    }
+    allowed = []
+    for action, use_case in ACTIONS.items():
+        if principal.role in ROLES[use_case] and _passes(checks[action]):
+            allowed.append(action)
+    return tuple(allowed)
+
+
+def _passes(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except OrderflowError:
+        return False
+    return True
 
 
 def hash_token(token: str) -> str:
@@ -159,10 +199,11 @@ class OrderService:
             replay = await self._replay(principal, "create_order", key, digest)
             if replay is None:
                 raise
-            return await self._view(replay), True
+            return await self._view(replay, principal), True
         assert change.order is not None
         created = OrderAggregate(change.order, change.steps, change.refunds)
-        return OrderView(created, change.history), False
+        actions = allowed_actions(created, principal)
+        return OrderView(created, change.history, actions), False
 
     async def _replay(self, principal: Principal, scope: str, key: str, digest: str) -> UUID | None:
         found = await self._store.find_idempotency(principal.user_id, scope, key)
@@ -172,13 +213,14 @@ class OrderService:
             raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
         return found.resource_id
 
-    async def _view(self, order_id: UUID) -> OrderView:
+    async def _view(self, order_id: UUID, principal: Principal) -> OrderView:
         # One read: the order and its history as of one moment, never two moments apart.
         found = await self._store.load_with_history(order_id)
         if found is None:
             raise NotFound(f"order {order_id} not found")
         aggregate, history = found
-        return OrderView(aggregate, tuple(history))
+        actions = allowed_actions(aggregate, principal)
+        return OrderView(aggregate, tuple(history), actions)
 
     async def _visible(self, principal: Principal, order_id: UUID) -> OrderAggregate:
         aggregate = await self._store.load(order_id)
@@ -191,7 +233,7 @@ class OrderService:
     async def get_order(self, principal: Principal, order_id: UUID) -> OrderView:
         """The order with history, steps, payment and refunds; owners and operators only."""
         self.authorize(principal, "get_order")
-        view = await self._view(order_id)
+        view = await self._view(order_id, principal)
         owner = view.aggregate.order.customer_id
         if principal.role is Role.CUSTOMER and owner != principal.user_id:
             raise NotFound(f"order {order_id} not found")
@@ -245,7 +287,7 @@ class OrderService:
         result = await self._store.update(
             order_id, lambda agg: commands.cancel(agg, self._ctx(principal))
         )
-        return await self._view(order_id), result
+        return await self._view(order_id, principal), result
 
     async def retry(self, principal: Principal, order_id: UUID) -> OrderView:
         """Re-arm the current step (same key, a fresh budget of attempts)."""
@@ -254,7 +296,7 @@ class OrderService:
         await self._store.update(
             order_id, lambda agg: (commands.retry(agg, principal, self._ctx(principal)), None)
         )
-        return await self._view(order_id)
+        return await self._view(order_id, principal)
 
     async def reconcile(self, principal: Principal, order_id: UUID) -> OrderView:
         """Queue a status check with the charge's key (operator, payment_unknown only)."""
@@ -263,7 +305,7 @@ class OrderService:
         await self._store.update(
             order_id, lambda agg: (commands.reconcile(agg, principal, self._ctx(principal)), None)
         )
-        return await self._view(order_id)
+        return await self._view(order_id, principal)
 
     async def request_refund(
         self,

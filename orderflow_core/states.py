@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 
 class OrderState(enum.StrEnum):
@@ -36,17 +37,54 @@ TERMINAL_STATES: frozenset[OrderState] = frozenset(
 )
 
 
-class StepKind(enum.StrEnum):
-    """What a workflow step does; each kind has one saga definition."""
+class StepKind(str):
+    """What a workflow step does, by name; each kind has one definition (orderflow_core/steps/).
 
-    RESERVE = "reserve"
-    CHARGE = "charge"
-    RECONCILE_PAYMENT = "reconcile_payment"
-    SHIP = "ship"
-    RELEASE_RESERVATION = "release_reservation"
-    EXPIRE_RESERVATION = "expire_reservation"
-    REFUND = "refund"
-    NOTIFY_CUSTOMER = "notify_customer"  # process version 2: after the carrier confirmed
+    Open, unlike the other vocabularies here: the kinds below are the package's own, and a
+    process version may bring one of its own (`StepKind("gift_wrap")`, see
+    docs/step-kinds.md). There is one object per name, so kinds compare with `is` as enum
+    members do, and `value` is the name, as on an enum member.
+    """
+
+    __slots__ = ()
+    _named: ClassVar[dict[str, StepKind]] = {}
+
+    RESERVE: ClassVar[StepKind]
+    CHARGE: ClassVar[StepKind]
+    RECONCILE_PAYMENT: ClassVar[StepKind]
+    SHIP: ClassVar[StepKind]
+    RELEASE_RESERVATION: ClassVar[StepKind]
+    EXPIRE_RESERVATION: ClassVar[StepKind]
+    REFUND: ClassVar[StepKind]
+    NOTIFY_CUSTOMER: ClassVar[StepKind]
+
+    def __new__(cls, name: str) -> StepKind:
+        known = cls._named.get(name)
+        if known is not None:
+            return known
+        if not isinstance(name, str) or not name or not name.isascii():
+            raise ValueError(f"{name!r} is not a step kind's name")
+        kind = cls._named[name] = super().__new__(cls, name)
+        return kind
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"StepKind({self.value!r})"
+
+
+StepKind.RESERVE = StepKind("reserve")
+StepKind.CHARGE = StepKind("charge")
+StepKind.RECONCILE_PAYMENT = StepKind("reconcile_payment")
+StepKind.SHIP = StepKind("ship")
+StepKind.RELEASE_RESERVATION = StepKind("release_reservation")
+StepKind.EXPIRE_RESERVATION = StepKind("expire_reservation")
+StepKind.REFUND = StepKind("refund")
+StepKind.NOTIFY_CUSTOMER = StepKind("notify_customer")  # process version 2: after shipped
+# The package's own kinds, in the order the lifecycle meets them.
+BUILT_IN_KINDS: tuple[StepKind, ...] = tuple(StepKind._named.values())
 
 
 class StepStatus(enum.StrEnum):
@@ -109,6 +147,7 @@ class AttemptOutcome(enum.StrEnum):
     ABANDONED = "abandoned"  # never reported back (a crash, a lost lease)
     NOT_SENT = "not_sent"  # decided without calling the service
     NOT_CHARGED = "not_charged"  # the provider's status call proved it charged nothing
+    PENDING = "pending"  # a status check answered: the charge is not settled yet
 
 
 class RefundStatus(enum.StrEnum):

@@ -1,6 +1,6 @@
 """The simulated warehouse, payments and shipping services: the pure simulator (`simulation`,
 `sim_*`, standard library and attrs only) and its aiohttp server (`server`, `app`, needs
-`orderflow[http]`, imported on first use so the simulator runs without aiohttp)."""
+`durable-orderflow[http]`, imported on first use so the simulator runs without aiohttp)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg import errors as pg_errors
 
+from orderflow_core import deadlines
 from orderflow_core.errors import DuplicateIdempotencyKey, OrderflowError, StoreUnavailable
 from orderflow_pg.deadline import hard_deadline
 
@@ -41,12 +42,19 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
     The server's `statement_timeout` cancels a slow statement first; this deadline is the
     backstop for a hung server or network, or a pool that cannot hand out a connection. It
     holds even then: a connection that does not answer its cancellation is dropped.
+
+    Inside a unit of work with a deadline of its own (an API request: `orderflow_core.deadlines`)
+    the operation gets what is left of it, if that is less; nothing left: unavailable at once.
     """
+    bounded_s = deadlines.bound(deadline_s)
+    if bounded_s <= 0:
+        raise StoreUnavailable(f"{operation}: the request's deadline has passed")
     try:
-        async with hard_deadline(deadline_s):
+        async with hard_deadline(bounded_s):
             yield
     except TimeoutError as exc:
-        raise StoreUnavailable(f"{operation}: no answer within {deadline_s:g} s") from exc
+        whose = "" if bounded_s == deadline_s else " (what the request's deadline left)"
+        raise StoreUnavailable(f"{operation}: no answer within {bounded_s:.3g} s{whose}") from exc
     except pg_errors.UniqueViolation as exc:
         if _is_idempotency_key(exc.diag.constraint_name):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import ids
+from orderflow_core import deadlines, ids
 from orderflow_core.errors import (
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
@@ -39,6 +39,7 @@ from orderflow_pg import rows
 from orderflow_pg.database import Database
 from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
+from orderflow_pg.prune import check_feed_cursor, feed_floor
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
 from orderflow_pg.reads import (
     claimed_aggregates,
@@ -96,6 +97,7 @@ class PgOrderStore:
         max_size: int = 10,
         statement_timeout_s: float = 3.0,
         connect_timeout_s: float = 10.0,
+        transaction_pooler: bool = False,
     ) -> AsyncIterator[PgOrderStore]:
         """A store on a fresh pool; size it for the executor's concurrency plus the API.
 
@@ -108,6 +110,7 @@ class PgOrderStore:
             max_size=max_size,
             statement_timeout_s=statement_timeout_s,
             connect_timeout_s=connect_timeout_s,
+            transaction_pooler=transaction_pooler,
         ) as database:
             store = cls(database)
             store.distributed = await store._distributed()
@@ -135,7 +138,8 @@ class PgOrderStore:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._creates.append((change, future))
         if self._create_writer is None or self._create_writer.done():
-            self._create_writer = asyncio.create_task(self._write_creates())
+            with deadlines.detached():  # it writes for every caller, not for this one alone
+                self._create_writer = asyncio.create_task(self._write_creates())
         await future
 
     async def _write_creates(self) -> None:
@@ -652,8 +656,21 @@ class PgOrderStore:
 
     async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
         """Published outbox events with seq > after, in feed (seq) order."""
-        found = await self._fetch_all("events", {"after": after, "limit": limit})
-        return [rows.event_from_row(r) for r in found]
+        # Retention: `after=0` starts at the feed's floor; a cursor below it is refused (410),
+        # never served a gap. The floor is read after the page, so one raised meanwhile counts.
+        start = after or await self._feed_floor()
+        while True:
+            found = await self._fetch_all("events", {"after": start, "limit": limit})
+            floor = await self._feed_floor()
+            if after == 0 and floor > start:
+                start = floor  # pruned under a fresh reader: read from the new floor
+                continue
+            check_feed_cursor(start, floor)
+            return [rows.event_from_row(r) for r in found]
+
+    async def _feed_floor(self) -> int:
+        async with self._db.connection("feed_floor") as conn:
+            return await feed_floor(conn)
 
     async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
         """Events the outbox relay has not handed on yet, oldest first, up to the seq no

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from orderflow_pg.database import with_keepalives
+
 log = logging.getLogger("orderflow")
 
 STEPS_CHANNEL = "orderflow_steps"
@@ -33,8 +35,12 @@ class PgWakeUps:
         """Call `wake` on every NOTIFY of a new due step until cancelled; reconnect on failure."""
         while True:
             try:
+                # Keepalives: a LISTEN connection only reads, so without them a primary that
+                # vanished (no RST) would leave it waiting for hours instead of reconnecting.
                 connect = psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    with_keepalives(self._url),
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_S,
                 )
                 async with await connect as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STEPS_CHANNEL)))

@@ -1,4 +1,4 @@
-"""orderflow's property-testing kit (`pip install orderflow[testing]`).
+"""orderflow's property-testing kit (`pip install 'durable-orderflow[testing]'`).
 
 - `machine_for(fresh_store)` / `OrderflowMachine`: the six-rule stateful machine (two
   executors, crashes, stalls, clock jumps, every scripted fault, random commands) against any
@@ -15,7 +15,7 @@ try:
     import hypothesis  # noqa: F401  # the kit's one dependency beyond the core
 except ModuleNotFoundError as missing:  # pragma: no cover - only without the extra
     raise ImportError(
-        "orderflow_testing needs hypothesis: pip install 'orderflow[testing]'"
+        "orderflow_testing needs hypothesis: pip install 'durable-orderflow[testing]'"
     ) from missing
 
 from orderflow_testing.machine import OrderflowMachine, in_memory_store, machine_for

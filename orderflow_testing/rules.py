@@ -20,6 +20,7 @@ from orderflow_core.model import AuditEntry, HistoryEntry, OutboxEvent
 from orderflow_core.ports import OrderStore
 from orderflow_core.process import process_for
 from orderflow_core.states import StepStatus
+from orderflow_core.steps.registry import attention_reason
 
 S = OrderState
 AFTER_PAID_FORBIDDEN = {S.CANCELLING, S.CANCELLED, S.RELEASING, S.PAYMENT_FAILED}
@@ -151,7 +152,12 @@ def state_and_steps_agree(record: OrderRecord, events: list[OutboxEvent]) -> Non
     """Rule 4: a state change and the steps and events it implies are committed together."""
     order, history = record.aggregate.order, record.history
     kinds = {s.kind for s in record.aggregate.steps}
-    if order.state in (S.RESERVED, S.PAYING):
+    if order.state is S.RESERVED:
+        # What the version's sequence puts after the reserve step (the charge, unless a
+        # version inserts a step before it).
+        follows = process_for(order.process_version).then.get(StepKind.RESERVE, ())
+        assert kinds & set(follows), (follows, kinds)
+    if order.state is S.PAYING:
         assert StepKind.CHARGE in kinds
     if order.state in NEEDS_SHIP_STEP:
         assert StepKind.SHIP in kinds
@@ -172,7 +178,7 @@ def the_attention_stamp_is_current(record: OrderRecord, events: list[OutboxEvent
     """The order carries the attention reason its aggregate implies, and the change that made
     it wait for that reason announced it with an `order.needs_attention` event."""
     order = record.aggregate.order
-    reason = record.aggregate.attention_reason
+    reason = attention_reason(record.aggregate)
     assert order.attention_reason == reason, (order.attention_reason, reason, order.state)
     assert (order.attention_since is None) == (reason is None), order.attention_since
     if reason is not None:

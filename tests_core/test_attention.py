@@ -14,6 +14,7 @@ from orderflow_core import OrderState
 from orderflow_core.attention import NEEDS_ATTENTION, AttentionUpdate, decide
 from orderflow_core.model import Change, Order, OrderAggregate, Step
 from orderflow_core.states import AttentionReason, StepKind, StepStatus
+from orderflow_core.steps.registry import STEPS, attention_reason
 from orderflow_core.testing import InMemoryOrderStore
 from tests_core.world import CUSTOMER, OPERATOR, World
 
@@ -64,43 +65,53 @@ def _order(**fields: object) -> Order:
     return attrs.evolve(base, **fields)
 
 
+def _step(kind: StepKind, status: StepStatus, seq: int = 3) -> Step:
+    return Step(
+        step_id=UUID(int=seq),
+        order_id=UUID(int=1),
+        kind=kind,
+        seq=seq,
+        status=status,
+        idempotency_key="k",
+        created_at=T0,
+    )
+
+
+SHIP_FAILED = _step(StepKind.SHIP, StepStatus.FAILED)
+
+
 def test_an_order_that_starts_waiting_is_stamped_now_and_announced() -> None:
     order = _order()
-    update = decide(order, OrderAggregate(order), T0 + timedelta(seconds=5))
+    update = decide(order, OrderAggregate(order, (SHIP_FAILED,)), T0 + timedelta(seconds=5), STEPS)
     assert update == AttentionUpdate(R.SHIPPING_FAILED, T0 + timedelta(seconds=5), announce=True)
 
 
 def test_an_order_that_keeps_waiting_for_the_same_reason_is_left_alone() -> None:
     order = _order(attention_reason="shipping_failed", attention_since=T0)
-    assert decide(order, OrderAggregate(order), T0 + timedelta(hours=1)) is None
+    later = T0 + timedelta(hours=1)
+    assert decide(order, OrderAggregate(order, (SHIP_FAILED,)), later, STEPS) is None
 
 
 def test_a_new_reason_is_announced_but_keeps_the_time_the_wait_began() -> None:
     order = _order(state=S.PAYMENT_UNKNOWN, attention_reason="expired_while_unknown")
     order = attrs.evolve(order, attention_since=T0)
-    gave_up = Step(
-        step_id=UUID(int=9),
-        order_id=order.order_id,
-        kind=StepKind.RECONCILE_PAYMENT,
-        seq=3,
-        status=StepStatus.FAILED,
-        idempotency_key="k",
-        created_at=T0,
-    )
-    update = decide(order, OrderAggregate(order, (gave_up,)), T0 + timedelta(minutes=3))
+    gave_up = _step(StepKind.RECONCILE_PAYMENT, StepStatus.FAILED)
+    later = T0 + timedelta(minutes=3)
+    update = decide(order, OrderAggregate(order, (gave_up,)), later, STEPS)
     assert update == AttentionUpdate(R.RECONCILE_GAVE_UP, T0, announce=True)
 
 
 def test_an_order_that_no_longer_waits_is_cleared_without_an_event() -> None:
     order = _order(state=S.SHIPPING, attention_reason="shipping_failed", attention_since=T0)
-    assert decide(order, OrderAggregate(order), T0) == AttentionUpdate(None, None, announce=False)
+    rearmed = OrderAggregate(order, (_step(StepKind.SHIP, StepStatus.PENDING),))
+    assert decide(order, rearmed, T0, STEPS) == AttentionUpdate(None, None, announce=False)
 
 
 @pytest.mark.parametrize(
     "state", [S.SHIPPED, S.REFUNDED, S.CANCELLED, S.PAYMENT_FAILED, S.RESERVATION_FAILED]
 )
 def test_a_terminal_order_never_waits(state: OrderState) -> None:
-    assert OrderAggregate(_order(state=state)).attention_reason is None
+    assert attention_reason(OrderAggregate(_order(state=state), (SHIP_FAILED,))) is None
 
 
 # -- the reasons, reached through the saga -----------------------------------------------------

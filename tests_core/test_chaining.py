@@ -3,9 +3,13 @@ committed together with that result, and still keeps every rule."""
 
 from __future__ import annotations
 
+import logging
+
 import attrs
+import pytest
 
 from orderflow_core import OrderState, StepKind, StepStatus
+from orderflow_core.errors import StoreUnavailable
 from tests_core.reach import Crash
 from tests_core.world import World
 
@@ -91,5 +95,34 @@ def test_a_crash_before_a_chained_call_leaves_the_step_to_another_executor() -> 
         w.settle()
         assert w.state(order_id) is OrderState.SHIPPED
         assert len(w.charges(order_id)) == 1
+    finally:
+        w.close()
+
+
+def test_the_lease_expiry_warning_names_the_chained_step_abandoned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A chain that fails at its charge logs the charge (step, kind, attempt, order), not the
+    reserve the chain was claimed for: an operator searching the logs for a charge in doubt
+    finds it by its step id."""
+    step_ids: dict[StepKind, object] = {}
+
+    async def store_gone_at_charge(name: str, claim: object) -> None:
+        step_ids[claim.kind] = claim.step_id  # type: ignore[attr-defined]
+        if name == "before_call" and claim.kind is StepKind.CHARGE:  # type: ignore[attr-defined]
+            raise StoreUnavailable("the database went away before the chained charge")
+
+    w = chaining_world()
+    w.executors[0]._checkpoint = store_gone_at_charge
+    try:
+        order_id = w.create()
+        with caplog.at_level(logging.WARNING, logger="orderflow"):
+            w.step(0)
+        lines = [r.getMessage() for r in caplog.records]
+        [line] = [text for text in lines if "left to lease expiry" in text]
+        assert str(step_ids[StepKind.CHARGE]) in line
+        assert "(charge)" in line
+        assert str(order_id) in line
+        assert str(step_ids[StepKind.RESERVE]) not in line
     finally:
         w.close()

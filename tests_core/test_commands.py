@@ -14,6 +14,7 @@ from orderflow_core import (
     OrderState,
     StepStatus,
 )
+from orderflow_core.steps.registry import current_step
 from tests_core.reach import REACHERS, reach
 from tests_core.world import CUSTOMER, OPERATOR, World
 
@@ -70,7 +71,7 @@ def test_retry_re_arms_only_a_failed_step_or_operator_shipping(name: str, who: s
         before = w.load(order_id)
         if name in allowed:
             view = w.run(w.service.retry(principal, order_id))
-            step = view.aggregate.current_step
+            step = current_step(view.aggregate)
             assert step is not None
             assert step.status is StepStatus.PENDING
             assert step.max_attempts == step.attempt + 5
@@ -308,7 +309,7 @@ def test_a_retry_re_arms_the_step_with_a_fresh_budget_and_is_audited(who: str) -
     principal = CUSTOMER if who == "customer" else OPERATOR
     w, order_id = reach("paying_stopped")
     try:
-        before = w.load(order_id).current_step
+        before = current_step(w.load(order_id))
         assert before is not None
         assert before.last_error
         w.run(w.service.retry(principal, order_id))
@@ -328,5 +329,34 @@ def test_a_retry_re_arms_the_step_with_a_fresh_budget_and_is_audited(who: str) -
         assert audit == [
             ("manual.retry", "re-armed", step.step_id, {"kind": "charge", "role": who})
         ]
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("name", STATES)
+def test_the_order_lists_exactly_the_actions_its_reader_may_ask_for_now(name: str) -> None:
+    """`allowed_actions` (what the API's order carries and the console shows) is what the
+    tables above allow: cancel and retry for the customer, retry, reconcile and refund for
+    the operator — never an action that would be refused, nor one that would change nothing."""
+    customer = []
+    if CANCEL_OK.get(name, "unchanged") != "unchanged":
+        customer.append("cancel")
+    if name in CUSTOMER_RETRY_OK:
+        customer.append("retry")
+    operator = [
+        action
+        for action, allowed in (
+            ("retry", OPERATOR_RETRY_OK),
+            ("reconcile", RECONCILE_OK),
+            ("refund", REFUND_OK),
+        )
+        if name in allowed
+    ]
+    w, order_id = reach(name)
+    try:
+        before = w.load(order_id)
+        assert w.run(w.service.get_order(CUSTOMER, order_id)).allowed_actions == tuple(customer)
+        assert w.run(w.service.get_order(OPERATOR, order_id)).allowed_actions == tuple(operator)
+        assert w.load(order_id) == before  # trying the decisions wrote nothing
     finally:
         w.close()

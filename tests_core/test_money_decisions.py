@@ -32,8 +32,8 @@ from orderflow_core import (
     commands,
     saga,
 )
-from orderflow_core.payment import ChargeRequest, StatusRequest
 from orderflow_core.steps.definition import CallPlan
+from orderflow_core.steps.payment import ChargeRequest, StatusRequest
 from orderflow_core.steps.release import ReleaseRequest
 from tests_core.world import OPERATOR, World
 
@@ -287,7 +287,10 @@ def test_the_expiry_in_payment_unknown_stops_the_automatic_status_checks_for_a_p
 def test_the_expiry_after_payment_changes_nothing() -> None:
     w, aggregate, leased = charge_in_flight()
     paid = result(
-        w, aggregate, leased, Succeeded({"payment_reference": "p", "status": "succeeded"}),
+        w,
+        aggregate,
+        leased,
+        Succeeded({"payment_reference": "p", "status": "succeeded"}),
         w.clock.now() + SECOND,
     )
     assert paid.order.state is S.PAID
@@ -348,22 +351,29 @@ def payment_in_doubt() -> tuple[World, OrderAggregate, Claim]:
 
 
 @pytest.mark.parametrize(
-    ("answer", "status", "error"),
+    ("answer", "status", "error", "attempt_outcome"),
     [
-        (Transient("503"), StepStatus.RETRY_SCHEDULED, "503"),
-        (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout"),
-        (Succeeded({"status": "pending"}), StepStatus.RETRY_SCHEDULED, "charge pending"),
+        (Transient("503"), StepStatus.RETRY_SCHEDULED, "503", "transient"),
+        (UnknownOutcome("timeout"), StepStatus.RETRY_SCHEDULED, "timeout", "unknown"),
+        # The call went through, but its answer is no success: the attempt says so.
+        (Succeeded({"status": "pending"}), StepStatus.RETRY_SCHEDULED, "charge pending", "pending"),
         (
             Broken("status: HTTP 200 with a malformed body"),
             StepStatus.BLOCKED,
             "status: HTTP 200 with a malformed body",
+            "broken",
         ),
-        (Refused("card_declined"), StepStatus.BLOCKED, "card_declined"),
-        (Succeeded({"status": "refunded"}), StepStatus.BLOCKED, "unexpected status 'refunded'"),
+        (Refused("card_declined"), StepStatus.BLOCKED, "card_declined", "refused"),
+        (
+            Succeeded({"status": "refunded"}),
+            StepStatus.BLOCKED,
+            "unexpected status 'refunded'",
+            "broken",
+        ),
     ],
 )
 def test_a_status_check_that_settles_nothing_keeps_the_payment_unknown(
-    answer: Outcome, status: StepStatus, error: str
+    answer: Outcome, status: StepStatus, error: str, attempt_outcome: str
 ) -> None:
     w, aggregate, check = payment_in_doubt()
     after = result(w, aggregate, check, answer, w.clock.now() + 2 * SECOND)
@@ -373,6 +383,8 @@ def test_a_status_check_that_settles_nothing_keeps_the_payment_unknown(
     assert step is not None
     assert step.status is status
     assert step.last_error == error
+    [attempt] = step.attempts
+    assert (attempt.outcome, attempt.error) == (attempt_outcome, error)
     assert after.latest(StepKind.CHARGE) == aggregate.latest(StepKind.CHARGE)  # not re-armed
     assert not list(after.steps_of(StepKind.RELEASE_RESERVATION))
 
@@ -485,8 +497,11 @@ def test_no_charge_found_while_a_charge_attempt_is_in_flight_asks_again_later() 
 
 @pytest.mark.parametrize(
     "answer",
-    [Succeeded({"status": "failed"}), Succeeded({"status": "succeeded", "payment_reference": "p"}),
-     Refused("not_found")],
+    [
+        Succeeded({"status": "failed"}),
+        Succeeded({"status": "succeeded", "payment_reference": "p"}),
+        Refused("not_found"),
+    ],
 )
 def test_a_status_answer_arriving_after_the_order_left_payment_unknown_changes_nothing(
     answer: Outcome,
@@ -700,8 +715,11 @@ def releasing() -> tuple[World, OrderAggregate, Claim]:
 
 @pytest.mark.parametrize(
     ("answer", "status"),
-    [({"status": "released"}, "released"), ({"status": "nothing_to_release"}, "nothing_to_release"),
-     ({}, "released")],
+    [
+        ({"status": "released"}, "released"),
+        ({"status": "nothing_to_release"}, "nothing_to_release"),
+        ({}, "released"),
+    ],
 )
 def test_a_release_records_what_the_warehouse_said(answer: dict[str, str], status: str) -> None:
     w, aggregate, release = releasing()

@@ -38,11 +38,18 @@ def base_env(**extra: str) -> dict[str, str]:
 class Proc:
     """A running `orderflow COMMAND` whose output lines are collected as they come."""
 
-    def __init__(self, command: str, env: dict[str, str], prefix: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        command: str,
+        env: dict[str, str],
+        prefix: Sequence[str] = (),
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> None:
         # `prefix` wraps the command, e.g. `ip netns exec NAME` to run it in a namespace.
         self.popen = subprocess.Popen(
             [*prefix, sys.executable, "-m", "orderflow.cli", command],
             env=env,
+            cwd=cwd,
             text=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -89,12 +96,16 @@ class Proc:
 
 
 def run_cli(
-    args: list[str], env: dict[str, str], timeout_s: float = 60.0
+    args: list[str],
+    env: dict[str, str],
+    timeout_s: float = 60.0,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m orderflow ARGS` (what the `orderflow` script runs) to its end."""
     return subprocess.run(
         [sys.executable, "-m", "orderflow", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout_s,

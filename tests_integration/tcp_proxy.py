@@ -33,6 +33,12 @@ class PausableProxy:
         self.listen_host = listen_host
         self.port = 0
         self.accepted = 0
+        # Seconds each chunk from the server waits before it is forwarded (a slow link).
+        self.reply_delay_s = 0.0
+        # Armed by `lose_reply_to`: the answer to the next client message carrying the marker
+        # is dropped and every connection cut.
+        self._lose_reply_to: bytes | None = None
+        self.replies_lost = 0
         self._loop = asyncio.new_event_loop()
         self._flowing = asyncio.Event()
         self._refusing = False
@@ -72,6 +78,12 @@ class PausableProxy:
         `refuse`, also drop every new connection at once until `mend()` (a host that is gone)."""
         self._refusing = self._refusing or refuse
         self._call(self._abort_all())
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """The server's answer to the next client message containing `marker` never reaches
+        the client: every connection is cut instead, as when a primary dies right after it
+        committed. What the client sent was executed; the client cannot know it was."""
+        self._lose_reply_to = marker
 
     def mend(self) -> None:
         """Accept and forward new connections again after `cut(refuse=True)`."""
@@ -123,16 +135,37 @@ class PausableProxy:
             client_w.close()
             return
         self._writers.add(server_w)
+        armed: list[bool] = []  # this connection's reply is to be lost
         await asyncio.gather(
-            self._pump(client_r, server_w), self._pump(server_r, client_w), return_exceptions=True
+            self._pump(client_r, server_w, armed=armed),
+            self._pump(server_r, client_w, replies=True, armed=armed),
+            return_exceptions=True,
         )
         for writer in (client_w, server_w):
             self._writers.discard(writer)
             writer.close()
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        *,
+        replies: bool = False,
+        armed: list[bool] | None = None,
+    ) -> None:
+        armed = [] if armed is None else armed
         try:
             while data := await source.read(CHUNK):
+                if replies and self.reply_delay_s:
+                    await asyncio.sleep(self.reply_delay_s)
+                marker = self._lose_reply_to
+                if not replies and marker is not None and marker in data:
+                    self._lose_reply_to = None
+                    armed.append(True)
+                elif replies and armed:
+                    self.replies_lost += 1
+                    await self._abort_all()
+                    return
                 await self._flowing.wait()
                 sink.write(data)
                 await sink.drain()

@@ -55,20 +55,30 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(admin_url: str, session_databases: tuple[str, Iterator[str]]) -> Iterator[Server]:
-    template, names = session_databases
-    name = next(names)
-    create = sql.SQL("CREATE DATABASE {} TEMPLATE {}")
-    admin_execute(admin_url, create.format(sql.Identifier(name), sql.Identifier(template)))
-    port = free_port()
-    env = base_env(
-        ORDERFLOW_DATABASE_URL=with_database(admin_url, name),
-        ORDERFLOW_HTTP_PORT=str(port),
+    yield from _api_server(
+        admin_url,
+        session_databases,
         ORDERFLOW_HTTP_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
         ORDERFLOW_HTTP_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
         ORDERFLOW_HTTP_KEEPALIVE_S=str(KEEPALIVE_S),
         ORDERFLOW_HTTP_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         ORDERFLOW_HTTP_MAX_HEADERS=str(MAX_HEADERS),
+        # Idle connections never give way to new ones here (that is tested on its own server):
+        # the cap's own 503 is what this module's connection test is about.
+        ORDERFLOW_HTTP_PRESSURE_IDLE_S="600",
     )
+
+
+def _api_server(
+    admin_url: str, session_databases: tuple[str, Iterator[str]], **limits: str
+) -> Iterator[Server]:
+    template, names = session_databases
+    name = next(names)
+    create = sql.SQL("CREATE DATABASE {} TEMPLATE {}")
+    admin_execute(admin_url, create.format(sql.Identifier(name), sql.Identifier(template)))
+    port = free_port()
+    url = with_database(admin_url, name)
+    env = base_env(ORDERFLOW_DATABASE_URL=url, ORDERFLOW_HTTP_PORT=str(port), **limits)
     proc = Proc("api", env)
     try:
         api = proc.wait_for(r"orderflow API: (http://\S+)/api/v1", timeout_s=120).group(1)
@@ -240,3 +250,54 @@ def test_connections_over_the_cap_are_answered_503_and_one_closing_makes_room(
         for sock in held:
             sock.close()
     eventually(lambda: http("GET", f"http://127.0.0.1:{server.port}/healthz")[0] == 200)
+
+
+def test_idle_connections_at_the_cap_give_way_so_a_normal_client_stays_served(
+    admin_url: str, session_databases: tuple[str, Iterator[str]]
+) -> None:
+    """A client holding every connection the server allows and sending nothing (the fault
+    campaign's 1,000 idle sockets) locked everyone else out until the keep-alive timeout (15 s).
+    At the cap, a connection idle for ORDERFLOW_HTTP_PRESSURE_IDLE_S (1 s) now gives way to a
+    new one: a normal client is served long before the idle sockets would time out."""
+    servers = _api_server(
+        admin_url,
+        session_databases,
+        ORDERFLOW_HTTP_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        ORDERFLOW_HTTP_KEEPALIVE_S="30",  # the idle sockets would hold on this long
+    )
+    server = next(servers)
+    try:
+        hoarded = [server.connect() for _ in range(MAX_CONNECTIONS)]
+        try:
+            started = time.monotonic()
+
+            def served() -> bool:
+                with server.connect() as sock:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    return _read_all(sock).startswith(b"HTTP/1.1 200 ")
+
+            eventually(served, timeout_s=20, what="a normal client served at the cap")
+            waited = time.monotonic() - started
+            assert waited < 20, waited  # the keep-alive timeout (30 s) was not what let it in
+            for _ in range(10):  # and it stays served, request after request
+                assert served()
+            closed = sum(1 for sock in hoarded if _closed_by_server(sock))
+            assert closed >= 1, "the hoarder lost idle connections, not the normal client"
+        finally:
+            for sock in hoarded:
+                sock.close()
+        log = server.log()
+        assert "idle for at least 1 s to let new ones in" in log
+        _assert_clean(log)
+    finally:
+        servers.close()
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed `sock` (end of stream waiting), without blocking."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True

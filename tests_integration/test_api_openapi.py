@@ -7,9 +7,10 @@ import re
 from typing import Any
 
 import pytest
-from api_harness import DOC, Reply, check_conformance, make_world
+from api_harness import DOC, Reply, check_conformance, live, make_world
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no type hints
 
+from orderflow_core import service
 from orderflow_http.api import create_app
 
 PUBLIC = {
@@ -148,3 +149,19 @@ def test_the_conformance_check_refuses_a_time_that_is_not_utc() -> None:
     path = "/api/v1/orders/00000000-0000-4000-8000-000000000000/audit"
     with pytest.raises(AssertionError, match="does not match"):
         check_conformance("GET", path, Reply(200, {}, body, "application/json"))
+
+
+def test_an_order_lists_only_the_actions_the_document_names() -> None:
+    order = DOC["components"]["schemas"]["Order"]
+    assert "allowed_actions" in order["required"]
+    assert order["properties"]["allowed_actions"]["items"]["enum"] == list(service.ACTIONS)
+    with live() as api:
+        reply = api.create()
+        assert reply.body["allowed_actions"] == ["cancel"]
+        path = f"/api/v1/orders/{reply.body['order_id']}"
+        unknown = Reply(200, {}, {**reply.body, "allowed_actions": ["delete"]}, "application/json")
+        with pytest.raises(AssertionError, match="does not match"):
+            check_conformance("GET", path, unknown)
+        missing = {k: v for k, v in reply.body.items() if k != "allowed_actions"}
+        with pytest.raises(AssertionError, match="does not match"):
+            check_conformance("GET", path, Reply(200, {}, missing, "application/json"))

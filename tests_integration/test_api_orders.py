@@ -26,6 +26,8 @@ def test_creating_an_order_answers_202_with_its_location_and_the_order() -> None
         assert reply.body["state"] == "created"
         assert reply.body["total_minor"] == 3000
         assert reply.body["current_step"]["kind"] == "reserve"
+        # What the customer may ask now, decided by the service: cancel, before anything ran.
+        assert reply.body["allowed_actions"] == ["cancel"]
         assert reply.body["payment"] == {
             "status": "none",
             "reference": None,
@@ -60,6 +62,9 @@ def test_a_shipped_order_shows_its_history_steps_attempts_and_payment() -> None:
         assert charge["attempts"][0]["worker"] == "test-worker"
         assert body["current_step"]["kind"] == "ship"
         assert body["reservation"]["status"] == "held"
+        assert body["allowed_actions"] == []  # a customer: nothing to ask of a shipped order
+        operator = api("GET", _url(order_id), who="operator").body
+        assert operator["allowed_actions"] == ["refund"]
 
 
 def test_an_operator_reads_any_order() -> None:
@@ -152,8 +157,11 @@ def test_a_customer_retries_a_step_whose_retries_ran_out() -> None:
         api.drive(seconds=8)
         before = api("GET", _url(order_id)).body["current_step"]
         assert (before["status"], before["attempt"]) == ("failed", 5)
+        waiting = api("GET", _url(order_id)).body
+        assert waiting["allowed_actions"] == ["cancel", "retry"]
         reply = api("POST", _url(order_id, "/retry"))
         assert reply.status == 202
+        assert reply.body["allowed_actions"] == []  # re-armed: nothing to ask until it stops
         step = reply.body["current_step"]
         assert (step["status"], step["max_attempts"]) == ("pending", 10)
         assert step["idempotency_key"] == before["idempotency_key"]
@@ -174,6 +182,9 @@ def test_an_operator_retries_shipping_after_the_carrier_refused() -> None:
         order_id = api.create().body["order_id"]
         api.drive()
         assert api("GET", _url(order_id)).body["state"] == "shipping_failed"
+        assert api("GET", _url(order_id)).body["allowed_actions"] == []
+        operator = api("GET", _url(order_id), who="operator").body["allowed_actions"]
+        assert operator == ["retry", "refund"]
         refused = api("POST", _url(order_id, "/retry"))
         assert (refused.status, refused.code) == (409, "not_retryable")
         reply = api("POST", _url(order_id, "/retry"), who="operator")
@@ -189,6 +200,10 @@ def test_an_operator_queues_a_reconciliation_of_an_unknown_payment() -> None:
         order_id = api.create().body["order_id"]
         api.drive(seconds=8)
         assert api("GET", _url(order_id)).body["state"] == "payment_unknown"
+        # The status checks gave up: retrying them (a read) or a new reconcile are open; the
+        # charge itself is never re-armed while it may have taken money (its kind says so).
+        operator = api("GET", _url(order_id), who="operator").body["allowed_actions"]
+        assert operator == ["retry", "reconcile"]
         reply = api("POST", _url(order_id, "/reconcile"), who="operator")
         assert (reply.status, reply.body["state"]) == (202, "payment_unknown")
         assert reply.body["current_step"]["kind"] == "reconcile_payment"

@@ -17,6 +17,7 @@ from orderflow_core.draft import Draft
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.ports import OrderStore
 from orderflow_core.states import OrderState as S
+from orderflow_core.steps.registry import STEPS
 from orderflow_core.testing import InMemoryOrderStore
 
 # A path through the lifecycle: the next state a "concurrent writer" moves an order to.
@@ -60,7 +61,7 @@ class CommitsBetweenReads:
             to = NEXT.get(aggregate.order.state)
             if to is None:
                 return Change(), None
-            draft = Draft(aggregate, Context(self.now(), "system:test-writer"))
+            draft = Draft(aggregate, Context(self.now(), "system:test-writer"), STEPS)
             draft.move(to, "moved by a concurrent writer")
             return draft.change(), None
 

@@ -19,7 +19,8 @@ def test_each_pair_gives_a_ratio_and_the_pairs_of_a_latency_their_mean_and_sprea
         {"mocks_latency_ms": 20, "ratios": [0.9], "mean": 0.9, "min": 0.9, "max": 0.9},
     ]
     lines = report._pair_lines({"pairs": pairs, "pair_summary": report.pair_summary(pairs)})
-    row = "| 0 | 300.0 / 360.0 / 330.0 | 400.0 / 400.0 / None | 0.75 / 0.9 | **0.82** (0.75–0.9) |"
+    row = ("| pgqueuer-asyncpg | 0 | 300.0 / 360.0 / 330.0 | 400.0 / 400.0 / None | 0.75 / 0.9 | "
+           "**0.82** (0.75–0.9) |")
     assert row in lines
 
 

@@ -4,6 +4,13 @@ bad configuration, and a restart after SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import re
+import select
+import signal
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -16,6 +23,7 @@ from processes import (
     eventually,
     free_port,
     http,
+    run_cli,
 )
 
 from orderflow_core import Item, OrderService, Principal, Role, SystemClock
@@ -166,3 +174,125 @@ def test_sigterm_finishes_in_flight_steps_and_exits_zero(procs: list[Proc], pg_u
     assert _count(pg_url, live) == 0
     unfinished = "SELECT count(*) FROM step_attempts WHERE finished_at IS NULL"
     assert _count(pg_url, unfinished) == 0
+
+
+def _postmaster(pgdata: Path) -> int:
+    """The pid of the embedded server running on `pgdata` (first line of postmaster.pid)."""
+    return int((pgdata / "postmaster.pid").read_text().split()[0])
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_sighup_stops_serve_cleanly_and_a_sigkilled_owners_server_is_stopped_after_restart(
+    procs: list[Proc], tmp_path: Path
+) -> None:
+    # Closing the terminal sends SIGHUP. A SIGKILLed owner leaves its embedded server running;
+    # the next start adopts it, and the SIGHUP stop of that start stops it.
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    first, _ = _serve(procs, home)
+    first.kill()
+    orphan = _postmaster(pgdata)
+    assert _running(orphan)  # what the restart has to clean up
+    second, api = _serve(procs, home)
+    assert _postmaster(pgdata) == orphan  # adopted, not a second server on the same data
+    _, order = http("POST", f"{api}/api/v1/orders", ORDER, **AUTH, **{"Idempotency-Key": "hup"})
+    second.popen.send_signal(signal.SIGHUP)
+    assert second.popen.wait(timeout=60) == 0
+    second.wait_for(r"^orderflow stopped: ", timeout_s=5)
+    assert not (pgdata / "postmaster.pid").exists()
+    eventually(lambda: not _running(orphan), timeout_s=30, what="the embedded server's exit")
+    with pytest.raises(OSError):  # nothing listens on the API's port any more
+        http("GET", f"{api}/healthz")
+    assert order["order_id"]
+
+
+def test_commands_in_a_subdirectory_use_the_projects_embedded_database_and_elsewhere_refuse(
+    procs: list[Proc], tmp_path: Path
+) -> None:
+    project = tmp_path / "shop"
+    deep = project / "src" / "deep"
+    elsewhere = tmp_path / "elsewhere"
+    deep.mkdir(parents=True)
+    elsewhere.mkdir()
+    above = [p for p in tmp_path.parents if (p / ".orderflow").is_dir()]
+    if above:  # a stray one above the test's folder would be found, as it should be
+        pytest.skip(f"{above[0]}/.orderflow exists, so no folder under {tmp_path} is outside")
+    env = base_env(ORDERFLOW_HTTP_PORT="0", ORDERFLOW_MOCKS_PORT=str(free_port()))
+    proc = Proc("serve", env, cwd=project)  # no ORDERFLOW_HOME: ./.orderflow of the project
+    procs.append(proc)
+    api = proc.wait_for(r"orderflow API: (http://\S+)/api/v1", timeout_s=120).group(1)
+    said = proc.wait_for(r"^database: embedded under (\S+)").group(1)
+    assert Path(said) == project / ".orderflow"
+    assert any(f"creating an embedded PostgreSQL under {said}" in line for line in proc.lines)
+
+    added = run_cli(["user", "add", "bob", "--role", "operator"], env, cwd=deep)
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    # The running service sees bob: the command found the project's database from below.
+    status, _ = http("GET", f"{api}/api/v1/events?after=0&limit=1", Authorization=f"Bearer {token}")
+    assert status == 200
+    assert not (deep / ".orderflow").exists()
+
+    refused = run_cli(["user", "add", "carol", "--role", "operator"], env, cwd=elsewhere)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("orderflow user add: no embedded database under "), line
+    assert str(elsewhere / ".orderflow") in line
+    assert "ORDERFLOW_HOME" in line
+    assert not (elsewhere / ".orderflow").exists()  # no second, empty database made
+    assert proc.terminate() == 0
+
+
+def _read_until(fd: int, pattern: str, timeout_s: float) -> str:
+    """What the terminal shows until a line matches `pattern` (a deadline, no sleep)."""
+    seen = ""
+    deadline = time.monotonic() + timeout_s
+    while not re.search(pattern, seen, re.MULTILINE):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {pattern!r} on the terminal; it showed:\n{seen}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    return seen
+
+
+def test_closing_the_terminal_stops_serve_and_its_embedded_server(tmp_path: Path) -> None:
+    # A real terminal: serve runs on a pseudo-terminal as its session's controlling terminal;
+    # closing the terminal's side (what closing the window does) makes the kernel send SIGHUP.
+    home = tmp_path / "home"
+    env = base_env(
+        ORDERFLOW_HOME=str(home), ORDERFLOW_HTTP_PORT="0", ORDERFLOW_MOCKS_PORT=str(free_port())
+    )
+    for variable in ("ORDERFLOW_CUSTOMER_TOKEN", "ORDERFLOW_OPERATOR_TOKEN"):
+        del env[variable]  # a newcomer's first start: tokens generated and shown once
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: becomes `orderflow serve` at once
+        os.execve(sys.executable, [sys.executable, "-m", "orderflow.cli", "serve"], env)
+    try:
+        shown = _read_until(terminal, r"^database: embedded under ", timeout_s=120)
+        assert "orderflow API: http://" in shown
+        # The banner says where the console is and where the operator's token came from.
+        assert re.search(r"^operator console: http://\S+/console ", shown, re.MULTILINE)
+        assert "generated token for order_operator (shown once" in shown
+        assert "operator token: printed above at the first start" in shown
+        postmaster = _postmaster(home / "pgdata")
+    finally:
+        os.close(terminal)  # the terminal goes away
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        assert time.monotonic() < deadline, "serve did not stop when its terminal closed"
+        select.select([], [], [], 0.05)  # a polling interval, not a wait for a condition
+    status = ended[1]
+    assert os.WIFEXITED(status), f"serve died of signal {os.WTERMSIG(status)}"
+    assert os.WEXITSTATUS(status) == 0
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+    eventually(lambda: not _running(postmaster), timeout_s=30, what="the embedded server's exit")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
+import psycopg
 import pytest
 from processes import Proc, base_env, free_port, output_lines, run_cli
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -160,6 +161,41 @@ def test_a_service_port_in_use_names_the_variable_to_change(
     ]
 
 
+@pytest.mark.postgres
+def test_every_busy_port_is_reported_at_once_before_anything_is_printed(pg_url: str) -> None:
+    # Two real listeners hold the API's and the simulated services' ports. No token in the
+    # environment: a start that got as far as seeding would print generated tokens "once".
+    with (
+        socket.create_server(("127.0.0.1", 0)) as api,
+        socket.create_server(("127.0.0.1", 0)) as mocks,
+    ):
+        api_port, mocks_port = api.getsockname()[1], mocks.getsockname()[1]
+        env = {k: v for k, v in base_env(ORDERFLOW_DATABASE_URL=pg_url).items() if "TOKEN" not in k}
+        env.update(ORDERFLOW_HTTP_PORT=str(api_port), ORDERFLOW_MOCKS_PORT=str(mocks_port))
+        done = run_cli(["serve"], env)
+    assert done.returncode == 2
+    assert done.stdout == ""  # no token, no migration, no banner
+    assert done.stderr.strip().splitlines() == [
+        f"orderflow: cannot listen on 127.0.0.1:{api_port}: the port is in use by another "
+        "program; set ORDERFLOW_HTTP_PORT to a free port (0 picks one)",
+        f"orderflow: cannot listen on 127.0.0.1:{mocks_port}: the port is in use by another "
+        "program; set ORDERFLOW_MOCKS_PORT to a free port (0 picks one)",
+    ]
+    with psycopg.connect(pg_url) as conn:  # nothing was seeded either
+        assert conn.execute("SELECT count(*) FROM users").fetchone() == (0,)
+
+
+def test_the_same_port_for_two_servers_is_refused_before_anything_starts() -> None:
+    port = str(free_port())
+    done = run_cli(["serve"], base_env(ORDERFLOW_HTTP_PORT=port, ORDERFLOW_MOCKS_PORT=port))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"orderflow: ORDERFLOW_MOCKS_PORT and ORDERFLOW_HTTP_PORT are both {port}; "
+        "set one of them to another port"
+    ]
+
+
 @pytest.mark.parametrize("module", ["orderflow", "orderflow.cli"])
 def test_version_prints_the_installed_version(module: str) -> None:
     done = subprocess.run(
@@ -170,7 +206,7 @@ def test_version_prints_the_installed_version(module: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {metadata.version('durable-orderflow')}"
 
 
 @pytest.fixture
@@ -191,7 +227,7 @@ def test_without_the_service_extras_the_command_says_which_extra_to_install(
     done = run_cli(args, without_service_extras)
     assert done.returncode == 2
     _assert_one_clean_line(
-        output_lines(done), "aiohttp is not installed", "pip install 'orderflow[all]'"
+        output_lines(done), "aiohttp is not installed", "pip install 'durable-orderflow[all]'"
     )
 
 
@@ -200,7 +236,7 @@ def test_without_the_service_extras_version_still_answers(
 ) -> None:
     done = run_cli(["--version"], without_service_extras)
     assert done.returncode == 0
-    assert done.stdout.strip() == f"orderflow {metadata.version('orderflow')}"
+    assert done.stdout.strip() == f"orderflow {metadata.version('durable-orderflow')}"
 
 
 @pytest.mark.postgres

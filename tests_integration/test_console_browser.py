@@ -164,10 +164,15 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     assert warning["order_id"] == order_id
     assert f"order {order_id} needs attention: reconcile_gave_up" in warning["message"]
 
+    # The start banner says where the console is and where an operator token comes from.
+    proc.wait_for(rf"^operator console: {re.escape(api)}/console ")
+    proc.wait_for(r"^operator token: the value of ORDERFLOW_OPERATOR_TOKEN$")
+
     browser.get(api + "/")
     _wait(browser, ec.url_contains("/console"))
     # A customer's token is refused.
     token = _wait(browser, ec.visibility_of_element_located((By.ID, "token")))
+    _the_signed_in_header_is_hidden(browser)
     token.send_keys(CUSTOMER_TOKEN)
     browser.find_element(By.ID, "sign-in-button").click()
     refused = _wait(browser, ec.visibility_of_element_located((By.ID, "sign-in-error")))
@@ -184,6 +189,8 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     _wait(browser, ec.text_to_be_present_in_element(queued, "payment_unknown"))
     counted = (By.CSS_SELECTOR, '[data-count="payment_unknown"]')
     _wait(browser, ec.text_to_be_present_in_element(counted, "1"))
+    for signed_in in ("nav", "search"):
+        assert browser.find_element(By.ID, signed_in).is_displayed(), signed_in
     _screenshot(browser, tmp_path, "console-queue.png")
     # The token lives in the tab's session storage only.
     assert browser.execute_script("return localStorage.length") == 0
@@ -198,6 +205,9 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     timeline = browser.find_element(By.ID, "timeline").text
     assert "paying → payment_unknown" in timeline
     assert "step.failed: charge pending" in timeline
+    # The status checks got "pending": their attempts say so, none claims to have succeeded.
+    assert "reconcile_payment #1: pending" in timeline
+    assert "reconcile_payment #1: succeeded" not in timeline
     _screenshot(browser, tmp_path, "console-waiting-order.png")
     _wait(browser, ec.element_to_be_clickable((By.ID, "action-reconcile"))).click()
     _wait(browser, ec.visibility_of_element_located((By.ID, "confirm-yes"))).click()
@@ -225,8 +235,20 @@ def test_an_operator_reconciles_a_payment_in_doubt_from_the_console_and_it_ships
     assert browser.find_element(By.ID, "refund-amount").get_attribute("value") == str(total + 1)
     _screenshot(browser, tmp_path, "console-order.png")
     _the_feed_shows_the_order_live(browser, order_id, tmp_path)
+    browser.find_element(By.ID, "sign-out").click()
+    _wait(browser, ec.visibility_of_element_located((By.ID, "sign-in")))
+    _the_signed_in_header_is_hidden(browser)
     _the_api_reference_renders(browser, api, tmp_path)
     _logs_are_json_with_an_access_log_and_no_token(proc)
+
+
+def _the_signed_in_header_is_hidden(browser: WebDriver) -> None:
+    """Signed out, the header shows the brand only: no search, Queue, Events or Sign out."""
+    for signed_in in ("nav", "search", "sign-out"):
+        element = browser.find_element(By.ID, signed_in)
+        assert element.get_attribute("hidden") is not None or signed_in == "sign-out"
+        assert not element.is_displayed(), f"#{signed_in} shows while signed out"
+    assert browser.find_element(By.CSS_SELECTOR, ".top .brand").is_displayed()
 
 
 def _the_feed_shows_the_order_live(browser: WebDriver, order_id: str, tmp_path: Path) -> None:

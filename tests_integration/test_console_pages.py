@@ -65,3 +65,12 @@ def test_every_console_file_ships_in_the_package() -> None:
     assert {"index.html", "docs.html", "console.js", "console.css", "docs.js"} <= set(files)
     for name in files:
         assert any(fnmatch(f"console/{name}", pattern) for pattern in patterns), name
+
+
+def test_the_sign_in_panel_says_where_an_operator_token_comes_from() -> None:
+    with live() as api:
+        html = api("GET", "/console", who=None).body.decode()
+    panel = html.split('<section id="sign-in"')[1].split("</section>")[0]
+    hint = " ".join(panel.split('id="token-hint"')[1].split("</p>")[0].split())
+    for source in ("ORDERFLOW_OPERATOR_TOKEN", "orderflow serve", "--role operator"):
+        assert source in hint, hint

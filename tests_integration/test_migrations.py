@@ -58,7 +58,7 @@ EXPECTED_COLUMNS = {
     "audit_log": _names(AuditEntry, "id"),
     # number within the order, state change, payload stored without its order's id (0023)
     "outbox": _names(OutboxEvent, "order_seq", "transition", "order_id_left_out"),
-    "outbox_feed": {"one", "published_through"},  # the relay's feed position (0015)
+    "outbox_feed": {"one", "published_through", "pruned_through"},  # 0015, floor 0040
     "processed_events": {"event_id", "order_id"},
     "api_idempotency": _names(ApiIdempotency, "placement"),  # where it is kept (0027)
     "users": {

@@ -72,14 +72,8 @@ def _tour_server(procs: list[Proc], pg_url: str) -> tuple[int, int]:
     return api_port, mocks_port
 
 
-@pytest.mark.postgres
-def test_the_tour_runs_as_written_against_a_live_server(procs: list[Proc], pg_url: str) -> None:
-    api_port, mocks_port = _tour_server(procs, pg_url)
-    tour = readme_block("tour", "sh")
-    for documented in ("127.0.0.1:8080", "127.0.0.1:8081"):
-        assert documented in tour
-    tour = tour.replace("127.0.0.1:8080", f"127.0.0.1:{api_port}")
-    tour = tour.replace("127.0.0.1:8081", f"127.0.0.1:{mocks_port}")
+def _run_tour(tour: str, api: str, mocks: str) -> tuple[str, str, str]:
+    """Run the tour's block once with bash; checks what it did, returns its three order ids."""
     script = f'set -euo pipefail\n{tour}\nprintf \'\\nTOUR-IDS %s %s %s\\n\' "$ID" "$ID2" "$ID3"\n'
     done = subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, timeout=240, check=False
@@ -91,12 +85,31 @@ def test_the_tour_runs_as_written_against_a_live_server(procs: list[Proc], pg_ur
     assert len({first, unknown, undeliverable}) == 3
     assert "invalid_transition" in done.stdout  # the refused cancel of step 5
 
-    api = f"http://127.0.0.1:{api_port}/api/v1"
     operator = {"Authorization": "Bearer operator-secret-token-1"}
     states = {i: http("GET", f"{api}/orders/{i}", **operator)[1]["state"] for i in ids.groups()}
     assert states == {first: "shipped", unknown: "shipped", undeliverable: "refunded"}
-    _, ledger = http("GET", f"http://127.0.0.1:{mocks_port}/_control/ledger?order_id={unknown}")
+    _, ledger = http("GET", f"{mocks}/_control/ledger?order_id={unknown}")
     charges = ledger["effects"]["charges"]
     assert [c["status"] for c in charges] == ["succeeded"]  # one charge, settled, never repeated
     _, audit = http("GET", f"{api}/orders/{unknown}/audit", **operator)
     assert any(e.get("action") == "manual.reconcile" for e in audit["entries"]), audit
+    # Each scripted outcome was used by the tour's own order: none is left for the next order.
+    _, everything = http("GET", f"{mocks}/_control/ledger")
+    assert everything["scripts"] == []
+    return first, unknown, undeliverable
+
+
+@pytest.mark.postgres
+def test_the_tour_runs_as_written_twice_against_one_live_server(
+    procs: list[Proc], pg_url: str
+) -> None:
+    api_port, mocks_port = _tour_server(procs, pg_url)
+    tour = readme_block("tour", "sh")
+    for documented in ("127.0.0.1:8080", "127.0.0.1:8081"):
+        assert documented in tour
+    tour = tour.replace("127.0.0.1:8080", f"127.0.0.1:{api_port}")
+    tour = tour.replace("127.0.0.1:8081", f"127.0.0.1:{mocks_port}")
+    api, mocks = f"http://127.0.0.1:{api_port}/api/v1", f"http://127.0.0.1:{mocks_port}"
+    first_run = _run_tour(tour, api, mocks)
+    second_run = _run_tour(tour, api, mocks)  # same service, same database: new orders
+    assert set(first_run).isdisjoint(second_run)

@@ -14,13 +14,15 @@ import attrs
 
 from orderflow_core.attempts import call_for, retry_or_stop, stop, succeed
 from orderflow_core.draft import Draft
-from orderflow_core.model import Step
+from orderflow_core.model import OrderAggregate, Step
 from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded
 from orderflow_core.ports import Services
-from orderflow_core.states import StepKind, StepStatus
+from orderflow_core.states import AttentionReason, StepKind, StepStatus
 from orderflow_core.steps.definition import (
+    OPERATOR,
     CallPlan,
     Operation,
+    Retry,
     StepDefinition,
     is_text,
     request_of,
@@ -61,6 +63,11 @@ def on_result(d: Draft, step: Step, outcome: Outcome) -> None:
         retry_or_stop(d, step, outcome)
 
 
+def attention(aggregate: OrderAggregate, step: Step) -> AttentionReason | None:
+    del aggregate
+    return AttentionReason.NOTIFICATION_FAILED if step.is_stopped else None
+
+
 DEFINITION = StepDefinition(
     kind=StepKind.NOTIFY_CUSTOMER,
     start=start,
@@ -69,4 +76,9 @@ DEFINITION = StepDefinition(
     operation=Operation(
         "notify", "notifications", frozenset({(422, "undeliverable_address")}), _well_formed
     ),
+    # It runs after the order ended (shipped); a stop of it still waits for an operator.
+    mainline=False,
+    outlives_order=True,
+    attention=attention,
+    retry=Retry(OPERATOR, "only an operator may retry the notification"),
 )

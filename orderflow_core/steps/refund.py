@@ -8,13 +8,13 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import payment
 from orderflow_core.attempts import call_for, retry_or_stop, stop, succeed
 from orderflow_core.draft import Draft
 from orderflow_core.model import Step
 from orderflow_core.outcomes import Outcome, Refused, Succeeded, Transient, UnknownOutcome
 from orderflow_core.ports import Services
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
+from orderflow_core.steps import payment
 from orderflow_core.steps.definition import (
     CallPlan,
     Operation,
@@ -117,4 +117,6 @@ DEFINITION = StepDefinition(
     on_result=on_result,
     perform=perform,
     operation=Operation("refund", "payments", frozenset({(409, "refund_rejected")}), _well_formed),
+    # A refund is its own operation beside the order's sequence; its state is the refund's.
+    mainline=False,
 )

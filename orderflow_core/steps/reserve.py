@@ -15,6 +15,7 @@ from orderflow_core.ports import Services
 from orderflow_core.states import OrderState, ReservationStatus, StepKind, StepStatus
 from orderflow_core.steps.definition import (
     CallPlan,
+    Cancel,
     Operation,
     StepDefinition,
     is_text,
@@ -52,7 +53,7 @@ def on_result(d: Draft, step: Step, outcome: Outcome) -> None:
             reservation_expires_at=d.now + seconds(ttl),
         )
         d.move(OrderState.RESERVED, "warehouse confirmed")
-        d.new_step(StepKind.CHARGE)
+        d.advance(StepKind.RESERVE)
         d.new_step(StepKind.EXPIRE_RESERVATION, delay_s=ttl)
     elif isinstance(outcome, Refused):
         stop(d, step, StepStatus.FAILED, outcome.code)
@@ -73,4 +74,7 @@ DEFINITION = StepDefinition(
         frozenset({(409, "out_of_stock"), (409, "reservation_key_released")}),
         _well_formed,
     ),
+    # Before it started nothing is held (cancelled at once); once it stopped, the stock it may
+    # have held is released first.
+    cancel=Cancel(due_in=OrderState.CREATED, stopped_in=OrderState.RESERVING),
 )

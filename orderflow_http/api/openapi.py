@@ -235,7 +235,7 @@ def _audit_and_events() -> dict[str, Operation]:
                 "after",
                 "query",
                 {"type": "integer", "minimum": 0, "default": 0},
-                "the last seq already seen",
+                "the last seq already seen (0: from the oldest event kept)",
                 required=False,
             ),
             param(
@@ -249,6 +249,11 @@ def _audit_and_events() -> dict[str, Operation]:
         "responses": {
             "200": _ok("events", "EventPage"),
             **_errors(400, 403, bad_request=("invalid_parameter",)),
+            "410": _problem(
+                "the events after `after` are no longer kept (retention); `oldest_after` says"
+                " where the kept feed starts",
+                "cursor_expired",
+            ),
         },
     }
     return {"audit": audit, "events": events}

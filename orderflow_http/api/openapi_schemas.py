@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from orderflow_core import service
 from orderflow_core.process import PROCESSES
-from orderflow_core.states import AttentionReason, OrderState, RefundStatus, StepKind, StepStatus
+from orderflow_core.states import (
+    BUILT_IN_KINDS,
+    AttentionReason,
+    OrderState,
+    RefundStatus,
+    StepStatus,
+)
 
 Schema = dict[str, Any]
 
@@ -19,6 +26,8 @@ UUID: Schema = {"type": "string", "format": "uuid"}
 TEXT_OR_NULL: Schema = {"type": ["string", "null"]}
 STATES = [s.value for s in OrderState]
 REASONS = [r.value for r in AttentionReason]
+KINDS = [k.value for k in BUILT_IN_KINDS]
+ACTIONS = list(service.ACTIONS)
 
 
 def ref(name: str) -> Schema:
@@ -107,7 +116,7 @@ def _steps() -> dict[str, Schema]:
     step = obj(
         {
             "step_id": UUID,
-            "kind": {"type": "string", "enum": [k.value for k in StepKind]},
+            "kind": {"type": "string", "enum": KINDS},
             "status": {"type": "string", "enum": [s.value for s in StepStatus]},
             "attempt": {"type": "integer", "minimum": 0},
             "max_attempts": {"type": "integer", "minimum": 1},
@@ -212,6 +221,14 @@ def _orders() -> dict[str, Schema]:
     order = obj(
         {
             **_summary_properties(),
+            "allowed_actions": {
+                "type": "array",
+                "items": {"type": "string", "enum": ACTIONS},
+                "uniqueItems": True,
+                "description": "what the caller may ask of this order now (its role, and the "
+                "rules of its state and current step, decided by the core): cancel (customer), "
+                "retry, reconcile, refund (operator)",
+            },
             "history": {"type": "array", "items": ref("HistoryEntry")},
             "current_step": {"oneOf": [ref("Step"), {"type": "null"}]},
             "steps": {"type": "array", "items": ref("Step")},
@@ -281,7 +298,7 @@ def _attention() -> dict[str, Schema]:
             "since": TIME,
             "state": {"type": "string", "enum": STATES},
             "step_id": {"oneOf": [UUID, {"type": "null"}]},
-            "step_kind": {"type": ["string", "null"], "enum": [*(k.value for k in StepKind), None]},
+            "step_kind": {"type": ["string", "null"], "enum": [*KINDS, None]},
             "step_status": nullable_text,
             "last_error": nullable_text,
         }

@@ -17,6 +17,7 @@ from uuid import UUID
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from orderflow_core import deadlines
 from orderflow_core.errors import InvalidParameter, NotFound, OrderflowError
 
 MAX_BODY = 64 * 1024
@@ -100,11 +101,14 @@ async def _read_limited(request: web.Request, max_body: int, timeout_s: float) -
         raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
     body = bytearray()
     try:
-        async with asyncio.timeout(timeout_s):
-            while chunk := await request.content.read(max_body + 1 - len(body)):
-                body.extend(chunk)
-                if len(body) > max_body:
-                    raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
+        # The request's deadline (`deadline_middleware`) bounds the work done for it; a slow
+        # body has its own deadline here and does not eat into it.
+        with deadlines.paused():
+            async with asyncio.timeout(timeout_s):
+                while chunk := await request.content.read(max_body + 1 - len(body)):
+                    body.extend(chunk)
+                    if len(body) > max_body:
+                        raise PayloadTooLarge(f"the body may be at most {max_body} bytes")
     except TimeoutError:
         raise RequestTimeout(f"the whole body must arrive within {timeout_s:g} s") from None
     except (ConnectionError, RequestPayloadError) as exc:

@@ -89,6 +89,7 @@ STATUSES: Mapping[str, int] = {
     "payload_too_large": 413,
     "request_timeout": 408,
     "malformed_json": 400,
+    "cursor_expired": 410,  # retention removed the events after the cursor (docs/retention.md)
 }
 
 

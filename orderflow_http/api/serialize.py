@@ -25,6 +25,7 @@ from orderflow_core.model import (
 )
 from orderflow_core.service import OrderView
 from orderflow_core.states import StepKind
+from orderflow_core.steps.registry import current_step
 
 Json = dict[str, Any]
 
@@ -153,11 +154,13 @@ def _payment(aggregate: OrderAggregate) -> Json:
 
 
 def order(view: OrderView) -> Json:
-    """The full order: state, history, current step, steps, reservation, payment, refunds."""
+    """The full order: state, the actions its reader may ask for now, history, current step,
+    steps, reservation, payment, refunds."""
     aggregate = view.aggregate
-    current = aggregate.current_step
+    current = current_step(aggregate)
     return {
         **order_summary(aggregate.order),
+        "allowed_actions": list(view.allowed_actions),
         "history": [history(h) for h in view.history],
         "current_step": step(current) if current is not None else None,
         "steps": [step(s) for s in aggregate.steps],

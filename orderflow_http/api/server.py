@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -41,20 +42,31 @@ class ServerLimits:
     body_timeout_s: float = BODY_TIMEOUT_S
     # How long an idle keep-alive connection (or one that never sends a byte) stays open.
     keepalive_s: float = 15.0
-    # Open connections at once; the next one is answered 503 and closed.
+    # Open connections at once. At the cap a new connection takes the place of the one idle
+    # longest (waiting for a request, no byte of it received) if that one has been idle at
+    # least `pressure_idle_s`; with none such, it is answered 503 and closed.
     max_connections: int = 1000
     # The request line and each header line, in bytes.
     max_line_bytes: int = 8190
     # Header lines per request.
     max_headers: int = 100
+    # The idle timeout under pressure: at the connection cap, an idle connection is closed for
+    # a new one after this long instead of `keepalive_s` (1,000 sockets that never send a byte
+    # no longer lock every other client out until they time out).
+    pressure_idle_s: float = 1.0
 
 
 @attrs.define
 class _Gate:
-    """Open connections of one server, and whether the cap was hit since it was last below."""
+    """Open connections of one server, and whether the cap was hit since it was last below.
+
+    `connections` holds the open ones in the order they last received a byte (the longest
+    quiet first), where the cap looks for an idle one to close."""
 
     open: int = 0
     saturated: bool = False
+    connections: OrderedDict[_Connection, None] = attrs.Factory(OrderedDict)
+    evicted: int = 0
 
 
 def raw_problem(
@@ -104,7 +116,7 @@ class _Connection(RequestHandler):
     # -- the connection cap --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         gate = self._gate
-        if gate.open >= self._limits.max_connections:
+        if gate.open >= self._limits.max_connections and not self._evict_idle():
             self._refused = True
             if not gate.saturated:
                 gate.saturated = True
@@ -122,20 +134,60 @@ class _Connection(RequestHandler):
         if gate.saturated and gate.open < self._limits.max_connections:
             gate.saturated = False
         self._counted = True
+        gate.connections[self] = None
         super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_timer()
+        self._uncount()
+        if not self._refused:
+            super().connection_lost(exc)
+
+    def _uncount(self) -> None:
         if self._counted:
             self._counted = False
             self._gate.open -= 1
-        if not self._refused:
-            super().connection_lost(exc)
+            self._gate.connections.pop(self, None)
+
+    def _idle_for(self, now: float) -> float | None:
+        """How long this connection has waited for a request with nothing of it received;
+        None when it is busy (a request under way, or part of one received)."""
+        if self.transport is None or self._head_timer is not None or not self._waiting_for_head():
+            return None
+        # aiohttp moves the keep-alive deadline on when a connection opens and after each
+        # answer: the idle time began one keep-alive timeout before it.
+        return now - (self._next_keepalive_close_time - self._limits.keepalive_s)
+
+    def _evict_idle(self) -> bool:
+        """At the cap: close the connection quiet the longest if it has been idle at least
+        `pressure_idle_s`, making room for a new one. Whether one was closed."""
+        now = self._loop.time()
+        for conn in self._gate.connections:
+            idle = conn._idle_for(now)
+            if idle is not None and idle >= self._limits.pressure_idle_s:
+                break
+        else:
+            return False
+        gate = self._gate
+        gate.evicted += 1
+        if gate.evicted == 1 or gate.evicted % 1000 == 0:
+            log.warning(
+                "%d connections open: closed %d idle for at least %g s to let new ones in"
+                " (ORDERFLOW_HTTP_MAX_CONNECTIONS, ORDERFLOW_HTTP_PRESSURE_IDLE_S)",
+                gate.open,
+                gate.evicted,
+                self._limits.pressure_idle_s,
+            )
+        conn._uncount()
+        conn.force_close()
+        return True
 
     # -- the header deadline -------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        if self._counted:
+            self._gate.connections.move_to_end(self)
         heads = self._request_count
         super().data_received(data)
         if self._request_count != heads:

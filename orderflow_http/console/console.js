@@ -285,21 +285,9 @@ function renderOrderHead(o) {
   );
 }
 
-function allowedActions(o) {
-  const actions = [];
-  const step = o.current_step;
-  const stopped = step && (step.status === "failed" || step.status === "blocked");
-  if (o.state === "payment_unknown") actions.push("reconcile");
-  else if (!TERMINAL.has(o.state) && (stopped || o.state === "shipping_failed")) actions.push("retry");
-  else if (o.attention_reason === "notification_failed") actions.push("retry");
-  if ((o.state === "shipped" || o.state === "shipping_failed") && o.payment.status === "succeeded") {
-    actions.push("refund");
-  }
-  return actions;
-}
-
 function renderActions(o) {
-  const actions = allowedActions(o);
+  // What the operator may ask now is decided by the service (the order's allowed_actions).
+  const actions = o.allowed_actions;
   const signature = `${o.order_id}:${actions.join(",")}`;
   if (signature === actionsSignature || $("confirm").open) return;
   actionsSignature = signature;

@@ -1,4 +1,4 @@
-"""The money part of the saga: charge, reconciliation of an unknown outcome, reservation expiry.
+"""The three money step kinds: charge, reconciliation of an unknown outcome, reservation expiry.
 
 The rules this module exists to keep (docs/lifecycle.md): one key never makes two charges; a charge
 is re-sent only after the provider said no charge exists under its key; a reservation is never
@@ -13,13 +13,22 @@ from typing import Any
 
 import attrs
 
-from orderflow_core.attempts import call_for, finish_attempt, retry_or_stop, stop, succeed
+from orderflow_core.attempts import (
+    call_for,
+    finish_attempt,
+    relabel_attempt,
+    retry_or_stop,
+    stop,
+    succeed,
+)
+from orderflow_core.attention import stopped as stopped_attention
 from orderflow_core.draft import Draft
-from orderflow_core.model import Attempt, Step
+from orderflow_core.model import Attempt, OrderAggregate, Step
 from orderflow_core.outcomes import Broken, Outcome, Refused, Succeeded, Transient
 from orderflow_core.ports import Services
 from orderflow_core.states import (
     AttemptOutcome,
+    AttentionReason,
     OrderState,
     PaymentStatus,
     ReservationStatus,
@@ -28,7 +37,9 @@ from orderflow_core.states import (
 )
 from orderflow_core.steps.definition import (
     CallPlan,
+    Cancel,
     Operation,
+    Retry,
     StepDefinition,
     is_text,
     request_of,
@@ -158,7 +169,7 @@ def _paid(d: Draft, reference: str | None, reason: str) -> None:
     d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "payment confirmed")
     d.cancel_waiting(StepKind.EXPIRE_RESERVATION, "payment confirmed")
     d.move(OrderState.PAID, reason)
-    d.new_step(StepKind.SHIP)
+    d.advance(StepKind.CHARGE)  # the charge succeeded, whoever found out
 
 
 # -- reconciliation ----------------------------------------------------------------------------
@@ -196,9 +207,12 @@ def on_reconcile(d: Draft, step: Step, outcome: Outcome) -> None:
         d.set_order(payment_status=PaymentStatus.FAILED)
         _release(d, "payment_failed")
     elif status == "pending":
+        step = relabel_attempt(d, step, AttemptOutcome.PENDING, "charge pending")
         retry_or_stop(d, step, Transient("charge pending"))
     else:
-        retry_or_stop(d, step, Broken(f"unexpected status {status!r}"))
+        problem = f"unexpected status {status!r}"
+        step = relabel_attempt(d, step, AttemptOutcome.BROKEN, problem)
+        retry_or_stop(d, step, Broken(problem))
 
 
 def _no_charge_found(d: Draft, step: Step, charge: Step) -> None:
@@ -260,6 +274,31 @@ def on_expiry_result(d: Draft, step: Step, outcome: Outcome) -> None:
     raise AssertionError("expire_reservation makes no external call")
 
 
+# -- what the money kinds say of the order -----------------------------------------------------
+MONEY_STEPS = (StepKind.RECONCILE_PAYMENT, StepKind.CHARGE)
+
+
+def money_attention(aggregate: OrderAggregate, step: Step) -> AttentionReason | None:
+    """With the payment in doubt, the order waits once no status check or charge is due or
+    running: the checks gave up, or (none left to run) the hold ran out first."""
+    if aggregate.order.state is not OrderState.PAYMENT_UNKNOWN:
+        return stopped_attention(aggregate, step)
+    if any(s.is_due_or_running for s in aggregate.steps if s.kind in MONEY_STEPS):
+        return None
+    reconcile = aggregate.latest(StepKind.RECONCILE_PAYMENT)
+    if reconcile is not None and reconcile.is_stopped:
+        return AttentionReason.RECONCILE_GAVE_UP
+    return AttentionReason.EXPIRED_WHILE_UNKNOWN
+
+
+def charge_not_retryable(aggregate: OrderAggregate, step: Step) -> str | None:
+    """A charge that may have taken money is never re-sent blindly: reconcile instead."""
+    unknown = aggregate.order.state is OrderState.PAYMENT_UNKNOWN
+    if unknown or (step.last_error or "").startswith(OUTCOME_UNKNOWN):
+        return "the payment outcome is unknown: reconcile instead"
+    return None
+
+
 # -- the three money step kinds ----------------------------------------------------------------
 PAYMENT_STATUSES = frozenset({"succeeded", "failed", "pending"})
 
@@ -298,6 +337,10 @@ CHARGE = StepDefinition(
         _charge_well_formed,
         pending_is_unknown=True,
     ),
+    attention=money_attention,
+    retry=Retry(refused=charge_not_retryable),
+    # Before it started nothing was charged: the stock is released and the order cancelled.
+    cancel=Cancel(due_in=OrderState.RESERVED),
 )
 RECONCILE_PAYMENT = StepDefinition(
     kind=StepKind.RECONCILE_PAYMENT,
@@ -305,7 +348,11 @@ RECONCILE_PAYMENT = StepDefinition(
     on_result=on_reconcile,
     perform=_status,
     operation=Operation("status", "payments", frozenset({(404, "not_found")}), _status_well_formed),
+    attention=money_attention,
 )
 EXPIRE_RESERVATION = StepDefinition(
-    kind=StepKind.EXPIRE_RESERVATION, start=fire_expiry, on_result=on_expiry_result
+    kind=StepKind.EXPIRE_RESERVATION,
+    start=fire_expiry,
+    on_result=on_expiry_result,
+    mainline=False,  # a timer beside the sequence
 )
