@@ -23,6 +23,7 @@ from orderflow_core.errors import StoreUnavailable
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, PgWakeUps, migrate
+from orderflow_pg.distribute import CitusMissing, distribute
 from orderflow_pg.errors import MigrationChecksumMismatch
 
 log = logging.getLogger("orderflow")
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text)
     users_cli.add_parser(sub)
+    sub.choices["migrate"].add_argument(
+        "--distribute",
+        action="store_true",
+        help="on a Citus coordinator: then distribute the tables by order "
+        "(ORDERFLOW_CITUS_SHARD_COUNT shards; docs/citus.md)",
+    )
     prune_cli.add_parsers(sub)
     return parser
 
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": serve,
         "worker": worker,
         "api": api,
-        "migrate": migrate_only,
+        "migrate": distribute_only if getattr(args, "distribute", False) else migrate_only,
         "seed": seed_only,
     }
     return _run(runners[args.command], settings)
@@ -109,7 +116,7 @@ def _run(runner: Callable[[Settings], Coroutine[Any, Any, None]], settings: Sett
     except ConfigError as exc:  # found at start-up, e.g. a NATS stream that does not fit
         print(f"orderflow: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (EmbeddedDatabaseError, MigrationChecksumMismatch, OSError) as exc:
+    except (EmbeddedDatabaseError, MigrationChecksumMismatch, CitusMissing, OSError) as exc:
         print(f"orderflow: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -245,6 +252,12 @@ async def migrate_only(settings: Settings) -> None:
     async with runtime.database_url(settings) as url:
         applied = await migrate(settings.direct_database_url or url)
         print("\n".join(f"applied {n}" for n in applied) or "schema is up to date", flush=True)
+
+
+async def distribute_only(settings: Settings) -> None:
+    async with runtime.database_url(settings) as url:
+        done = await distribute(url, shard_count=settings.citus_shard_count)
+        print("\n".join(done) or "schema is up to date and distributed", flush=True)
 
 
 async def seed_only(settings: Settings) -> None:

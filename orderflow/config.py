@@ -173,6 +173,10 @@ class Settings:
     metrics_port: int = 0
     notifications_url: str | None = None
     process_version: int = NEWEST
+    # ORDERFLOW_CITUS_SHARD_COUNT (32): how many shards `orderflow migrate --distribute` gives
+    # each distributed table (Citus's own default: room to rebalance onto more nodes; shards
+    # are the unit Citus moves, so more than nodes, fewer than hundreds; docs/citus.md).
+    citus_shard_count: int = 32
     retention: RetentionSettings = RetentionSettings()
     # -- database connections and the request deadline (docs/high-availability.md) --------
     # ORDERFLOW_REQUEST_DEADLINE_S (3): how long one API request may wait for everything it
@@ -482,6 +486,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_port=_get(env, "ORDERFLOW_METRICS_PORT", _port, 0),
         notifications_url=_get(env, "ORDERFLOW_NOTIFICATIONS_URL", _http_url, None),
         process_version=_get(env, "ORDERFLOW_PROCESS_VERSION", _process_version, NEWEST),
+        citus_shard_count=_get(env, "ORDERFLOW_CITUS_SHARD_COUNT", _positive_int, 32),
         request_deadline_s=_get(env, "ORDERFLOW_REQUEST_DEADLINE_S", _positive, 3.0),
         database_pooler=_get(env, "ORDERFLOW_DATABASE_POOLER", _pooler, "none"),
         direct_database_url=_get(
@@ -653,6 +658,9 @@ def reads() -> list[Read]:
 # and the accepted values from `_get`'s own arguments. A variable read without `_get` states its
 # default here. Every name `known_variables()` returns has an entry (tests_integration/test_docs).
 VARIABLE_HELP: Mapping[str, str] = {
+    "ORDERFLOW_CITUS_SHARD_COUNT": "How many shards `orderflow migrate --distribute` gives "
+    "each distributed table on a Citus coordinator. Shards are the unit Citus moves between "
+    "nodes, so more than the nodes you expect, fewer than hundreds (docs/citus.md).",
     "ORDERFLOW_DATABASE_URL": "The PostgreSQL database, a `postgresql://` URL or a libpq "
     "string. Unset: an embedded PostgreSQL under `ORDERFLOW_HOME` (the fresh-laptop path). "
     "Checked by connecting once before anything else starts.",

@@ -13,6 +13,9 @@ from orderflow_core.errors import DuplicateIdempotencyKey, OrderflowError, Store
 from orderflow_pg.deadline import hard_deadline
 
 IDEMPOTENCY_CONSTRAINT = "api_idempotency_pkey"
+# On Citus a create's order takes the id its idempotency key gives (`ids.keyed_order_id`): a
+# second create under the key meets the order's key first, and only creates insert orders.
+KEYED_ORDER_CONSTRAINT = "orders_pkey"
 
 
 class MigrationChecksumMismatch(OrderflowError):
@@ -23,12 +26,12 @@ class MigrationChecksumMismatch(OrderflowError):
 
 def _is_idempotency_key(constraint: str | None) -> bool:
     """Whether a unique violation is of the idempotency key: on Citus a shard reports its
-    own copy's name (`api_idempotency_pkey_102008`)."""
+    own copy's name (`api_idempotency_pkey_102008`), and a keyed order's id is its key."""
     if constraint is None:
         return False
     base, _, suffix = constraint.rpartition("_")
     return constraint == IDEMPOTENCY_CONSTRAINT or (
-        base == IDEMPOTENCY_CONSTRAINT and suffix.isdigit()
+        base in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT) and suffix.isdigit()
     )
 
 
@@ -54,6 +57,15 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
         raise StoreUnavailable(f"{operation}: no answer within {bounded_s:.3g} s{whose}") from exc
     except pg_errors.UniqueViolation as exc:
         if _is_idempotency_key(exc.diag.constraint_name):
+            raise DuplicateIdempotencyKey("idempotency key already used") from exc
+        raise
+    except pg_errors.InternalError_ as exc:
+        # Citus reports a shard's unique violation met by rows it copied from the coordinator
+        # as an internal error naming the shard's constraint
+        if any(
+            f'unique constraint "{name}_' in str(exc)
+            for name in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT)
+        ):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -32,11 +32,39 @@ def parse_queries(text: str) -> dict[str, str]:
     return queries
 
 
+# In a statement written for many orders, `/*@order x*/` marks where its one-order form
+# (`one_order`) pins table alias `x` to one order, `%(order_id)s`.
+_ONE_ORDER = re.compile(r"/\*@order (?P<alias>[a-z]+)\*/")
+# The one-order forms, by the name they are sent under: on Citus each is pruned to one shard.
+ONE_ORDER_FORMS = {"apply_order_changes": "apply_changes"}
+# Statements that need the Citus extension (`orderflow_pg.distribute`).
+CITUS_ONLY = frozenset({"citus_tables", "distribute_table", "reference_table", "drop_local_copy"})
+
+
+# What only the many-order form has (`/*@many{*/ ... /*}@many*/`), and what only the one-order
+# form has (`/*@one ... */`).
+_MANY_ONLY = re.compile(r"/\*@many\{\*/.*?/\*\}@many\*/", re.DOTALL)
+_ONE_ONLY = re.compile(r"/\*@one (?P<text>.*?)\*/", re.DOTALL)
+# A row lock the one-order form leaves to the statement before it.
+_LOCKED = re.compile(r"FOR UPDATE[ A-Za-z]*-- @locked")
+
+
+def one_order(text: str) -> str:
+    """A statement's one-order form: each marked alias pinned to `%(order_id)s`, each marked
+    row lock left out (taken by the statement before it in the transaction)."""
+    pinned = _ONE_ORDER.sub(r"\g<alias>.order_id = %(order_id)s::uuid AND", text)
+    only_one = _ONE_ONLY.sub(r"\g<text>", _MANY_ONLY.sub("", pinned))
+    return _LOCKED.sub("", only_one)
+
+
 @functools.cache
 def queries() -> dict[str, str]:
-    """Every named query of the store, loaded once per process."""
+    """Every named query of the store, loaded once per process (with the one-order forms)."""
     text = importlib.resources.files("orderflow_pg").joinpath("queries.sql").read_text("utf-8")
-    return parse_queries(text)
+    found = parse_queries(text)
+    for name, source in ONE_ORDER_FORMS.items():
+        found[name] = one_order(found[source])
+    return found
 
 
 # The statements this process's stores sent, by name (`query` is looked up once per statement

@@ -13,7 +13,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]') FROM s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
@@ -51,7 +51,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -66,7 +66,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(
         to_jsonb(s) || jsonb_build_object('attempt_rows', (
             SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
+            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
         ORDER BY s.seq), '[]')
      FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
@@ -97,24 +97,31 @@ SELECT
 -- attempt, under way or ended, is columns of its row (`latest_*`); an attempt becomes a
 -- `finished_attempts` row when the next one starts.
 -- One row per document says whether it was applied.
+-- `apply_order_changes` is this statement for the documents of one order (parameter
+-- `order_id`): each `/*@order x*/` below becomes `x.order_id = <that id> AND` (queries.py), so
+-- on Citus every part of it is pruned to that order's shard (docs/citus.md); and its row
+-- locks (`-- @locked`) are left out: Citus runs this statement as single-shard parts and
+-- locks rows only in a statement of its own, so the store holds the order's row lock before
+-- (`lock_aggregate` or `claim_order` in the same transaction), which every writer of the
+-- order's live steps takes first.
 WITH docs AS (
     SELECT t.i, t.d FROM jsonb_array_elements(%(docs)s::jsonb) WITH ORDINALITY AS t(d, i)
 ), held AS (
     SELECT docs.i, o.order_id
     FROM docs JOIN orders AS o ON o.order_id = (docs.d ->> 'expect_order')::uuid
-    WHERE docs.d ? 'expect_version' AND o.version = (docs.d ->> 'expect_version')::bigint
+    WHERE /*@order o*/ docs.d ? 'expect_version' AND o.version = (docs.d ->> 'expect_version')::bigint
     ORDER BY o.order_id
-    FOR UPDATE OF o
+    FOR UPDATE OF o  -- @locked
 ), held_steps AS (
     SELECT s.order_id, s.step_id, s.attempt, s.status
     FROM workflow_steps AS s
-    WHERE s.order_id IN (SELECT held.order_id FROM held)
+    WHERE /*@order s*/ s.order_id IN (SELECT held.order_id FROM held)
       AND s.status IN ('pending', 'retry_scheduled', 'running')
       AND s.step_id <> ALL (ARRAY(
           SELECT (g.d -> 'guarded_step' ->> 'step_id')::uuid FROM docs AS g
           WHERE g.d ? 'guarded_step'))
     ORDER BY s.order_id, s.seq
-    FOR UPDATE
+    FOR UPDATE  -- @locked
 ), verified AS (
     SELECT held.i FROM held JOIN docs ON docs.i = held.i
     WHERE docs.d -> 'expect_steps' = (
@@ -136,7 +143,7 @@ WITH docs AS (
       -- Pairs each document with its own step before its record is built: matched on the
       -- record's fields alone, every step was paired with every document and the record built
       -- for each pair (n² calls of jsonb_populate_record for a batch of n).
-      AND s.step_id = (docs.d -> 'guarded_step' ->> 'step_id')::uuid
+      AND /*@order s*/ s.step_id = (docs.d -> 'guarded_step' ->> 'step_id')::uuid
       AND s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
       AND s.order_id = ANY (ARRAY(
           SELECT (g.d -> 'guarded_step' ->> 'order_id')::uuid FROM docs AS g
@@ -180,7 +187,7 @@ WITH docs AS (
         payment_reference = r.payment_reference, attention_reason = r.attention_reason,
         attention_since = r.attention_since, version = o.version + 1
     FROM fence, jsonb_populate_record(NULL::orders, fence.d -> 'order') AS r
-    WHERE fence.d ? 'order' AND o.order_id = r.order_id
+    WHERE /*@order o*/ fence.d ? 'order' AND o.order_id = r.order_id
 ), new_steps AS (
     INSERT INTO workflow_steps (
         step_id, order_id, kind, seq, status, idempotency_key, created_at, attempt,
@@ -205,7 +212,7 @@ WITH docs AS (
         latest_worker = r.latest_worker, latest_finished_at = r.latest_finished_at,
         latest_outcome = r.latest_outcome, latest_error = r.latest_error
     FROM fence, jsonb_populate_recordset(NULL::workflow_steps, fence.d -> 'steps') AS r
-    WHERE s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
+    WHERE /*@order s*/ s.order_id = r.order_id AND s.seq = r.seq AND s.step_id = r.step_id
       AND s.order_id = ANY (ARRAY(
           SELECT (e ->> 'order_id')::uuid
           FROM fence, jsonb_array_elements(fence.d -> 'steps') AS e))
@@ -225,7 +232,7 @@ WITH docs AS (
         started_at = r.started_at, worker = r.worker, finished_at = r.finished_at,
         outcome = r.outcome, error = r.error
     FROM fence, jsonb_populate_recordset(NULL::finished_attempts, fence.d -> 'attempts') AS r
-    WHERE a.order_id = r.order_id AND a.step_id = r.step_id AND a.attempt = r.attempt
+    WHERE /*@order a*/ a.order_id = r.order_id AND a.step_id = r.step_id AND a.attempt = r.attempt
       AND a.order_id = ANY (ARRAY(
           SELECT (e ->> 'order_id')::uuid
           FROM fence, jsonb_array_elements(fence.d -> 'attempts') AS e))
@@ -246,7 +253,7 @@ WITH docs AS (
     -- Before any event is numbered the transaction takes its id and the writers' shared
     -- advisory lock: the relay's feed horizon waits for the transactions holding it
     -- (see `feed_horizon`)
-    SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312) AS tagged
+    SELECT pg_current_xact_id() AS id, pg_advisory_xact_lock_shared(784215312)::text AS tagged
 ), events AS (
     -- An order's transitions are its events marked `transition` (the view order_history)
     INSERT INTO outbox (
@@ -264,10 +271,14 @@ WITH docs AS (
     -- is already committed and visible here; the unique key still refuses anything else.
     -- OFFSET 0 keeps the check a probe of outbox_order_seq_key per event: without it the
     -- generic plan turns it into a hash anti-join over the whole outbox.
-    WHERE NOT EXISTS (
+    -- In the one-order form (Citus) the check is ON CONFLICT instead: a SELECT that reads no
+    -- distributed table runs on the coordinator, so each event's feed number comes from the
+    -- coordinator's sequence, in commit-horizon order (`feed_horizon`), not from a worker's.
+    /*@many{*/ WHERE NOT EXISTS (
         SELECT FROM outbox AS o
-        WHERE o.order_id = r.order_id AND o.order_seq = r.order_seq OFFSET 0)
+        WHERE o.order_id = r.order_id AND o.order_seq = r.order_seq OFFSET 0) /*}@many*/
     ORDER BY fence.i, r.ordinality
+    /*@one ON CONFLICT (order_id, order_seq) DO NOTHING */
 ), audit AS (
     INSERT INTO audit_log (order_id, at, actor, action, outcome, step_id, details)
     SELECT r.order_id, r.at, r.actor, r.action, r.outcome, r.step_id, r.details
@@ -289,7 +300,8 @@ WITH docs AS (
 ), announce AS (
     -- Wake idle executors (LISTEN orderflow_steps) once if a written document made a step due
     -- now (`announce`, set by writes.py); steps due later are found by the poll.
-    SELECT pg_notify('orderflow_steps', '') FROM fence WHERE fence.d ? 'announce' LIMIT 1
+    SELECT pg_notify('orderflow_steps', '')::text AS sent
+    FROM fence WHERE fence.d ? 'announce' LIMIT 1
 )
 SELECT
     docs.i AS i,
@@ -409,6 +421,71 @@ SELECT
     (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
      FROM refunds AS r WHERE r.order_id = c.order_id) AS refund_rows
 FROM claimed AS c
+
+-- claim_candidates --
+-- On Citus (docs/citus.md): the steps a claim would consider, earliest due first, read
+-- without any lock (a multi-shard read; Citus takes row locks only in one-shard statements).
+-- Each is then claimed through its order alone (`claim_order`).
+SELECT order_id, seq, due_at FROM (
+    (SELECT order_id, seq, next_attempt_at AS due_at
+     FROM workflow_steps
+     WHERE status IN ('pending', 'retry_scheduled') AND next_attempt_at <= %(now)s
+     ORDER BY next_attempt_at
+     LIMIT %(window)s)
+    UNION ALL
+    (SELECT order_id, seq, lease_expires_at AS due_at
+     FROM workflow_steps
+     WHERE status = 'running' AND lease_expires_at <= %(now)s
+     ORDER BY lease_expires_at
+     LIMIT %(window)s)
+) AS c
+ORDER BY due_at
+LIMIT %(window)s
+
+-- claim_order --
+-- On Citus: `claim_due` for the candidate steps `seqs` of one order (a one-shard statement):
+-- the order is locked unless another holds it (SKIP LOCKED), each step re-checked on its
+-- newest row and leased, and the claimed steps returned with the order's aggregate as the
+-- statement's snapshot read it (as `claim_due` returns them).
+WITH owned AS (
+    SELECT o.order_id FROM orders AS o WHERE o.order_id = %(order_id)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_steps AS s SET
+        status = 'running',
+        attempt = s.attempt + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = %(expires_at)s
+    WHERE s.order_id = %(order_id)s AND s.seq = ANY (%(seqs)s::integer[])
+      AND EXISTS (SELECT FROM owned)
+      -- (a searched CASE: Citus 13 sends `CASE s.status WHEN ...` to the shard as text = bool)
+      AND CASE
+          WHEN s.status IN ('pending', 'retry_scheduled') THEN s.next_attempt_at <= %(now)s
+          WHEN s.status = 'running' THEN s.lease_expires_at <= %(now)s
+          ELSE false
+      END
+    RETURNING s.step_id, s.order_id, s.kind, s.attempt, s.lease_owner, s.lease_expires_at
+)
+SELECT
+    c.step_id, c.order_id, c.kind, c.attempt, c.lease_owner, c.lease_expires_at,
+    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
+            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
+        ORDER BY s.seq), '[]')
+     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
+     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
+FROM claimed AS c
+
+-- citus_installed --
+-- Whether this database has the Citus extension (then `citus_tables` may be read)
+SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') AS installed
+
+-- citus_tables --
+-- The tables Citus distributes or replicates in this database, and how
+SELECT logicalrelid::regclass::text AS name, partmethod AS method FROM pg_dist_partition
 
 -- renew_lease --
 -- Extend a lease only while the claimer still holds it under the same generation
@@ -559,3 +636,24 @@ SELECT version, name, checksum FROM schema_migrations ORDER BY version
 -- Remember an applied migration file and its checksum
 INSERT INTO schema_migrations (version, name, checksum, applied_at)
 VALUES (%(version)s, %(name)s, %(checksum)s, %(applied_at)s)
+
+-- distribute_table --
+-- Citus: distribute a table by its order column, co-located with `orders` (`orders` itself
+-- with `colocate_with` 'none': the group the others join); existing rows are moved into the
+-- shards
+SELECT create_distributed_table(
+    %(table)s::regclass, %(column)s, colocate_with => %(colocate_with)s,
+    shard_count => %(shard_count)s::integer)
+
+-- reference_table --
+-- Citus: replicate a small shared table on every node
+SELECT create_reference_table(%(table)s::regclass)
+
+-- drop_local_copy --
+-- Citus: drop the rows a table held on the coordinator before it was distributed (copied
+-- into its shards and invisible since)
+SELECT truncate_local_data_after_distributing_table(%(table)s::regclass)
+
+-- current_database --
+-- The name of the database this connection is on
+SELECT current_database() AS name

@@ -59,6 +59,20 @@ async def _fetch(conn: Connection, name: str, order_id: UUID) -> tuple[Any, ...]
     return tuple(found)
 
 
+async def lock_each(
+    conn: Connection, order_ids: Sequence[UUID]
+) -> dict[UUID, tuple[OrderAggregate, int]]:
+    """`lock_aggregates` as one `lock_aggregate` per order, in order_id order: on Citus, which
+    locks rows only in one-shard statements."""
+    each: dict[UUID, tuple[OrderAggregate, int]] = {}
+    for order_id in sorted(set(order_ids)):
+        one = await _fetch(conn, "lock_aggregate", order_id)
+        if one is not None:
+            order, steps, refunds = one
+            each[order_id] = (_aggregate(order, steps, refunds), int(order["version"]))
+    return each
+
+
 async def lock_aggregates(
     conn: Connection, order_ids: Sequence[UUID]
 ) -> dict[UUID, tuple[OrderAggregate, int]]:

@@ -41,7 +41,13 @@ from orderflow_pg.feed import FeedHorizon
 from orderflow_pg.migrate import pending_migrations
 from orderflow_pg.prune import check_feed_cursor, feed_floor
 from orderflow_pg.queries import Connection, execute, fetch_all, fetch_one
-from orderflow_pg.reads import claimed_aggregates, lock_aggregates, read_aggregate, read_view
+from orderflow_pg.reads import (
+    claimed_aggregates,
+    lock_aggregates,
+    lock_each,
+    read_aggregate,
+    read_view,
+)
 from orderflow_pg.users import PgUsers
 from orderflow_pg.writes import (
     apply_documents,
@@ -77,6 +83,9 @@ class PgOrderStore:
         # or as the claim read it with the claim put in, oldest first.
         self._kept: OrderedDict[UUID, Kept] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
+        # On a Citus coordinator whose tables are distributed (`open` finds out): every
+        # transaction touches one order, so one shard (docs/citus.md).
+        self.distributed = False
 
     @classmethod
     @asynccontextmanager
@@ -103,7 +112,17 @@ class PgOrderStore:
             connect_timeout_s=connect_timeout_s,
             transaction_pooler=transaction_pooler,
         ) as database:
-            yield cls(database)
+            store = cls(database)
+            store.distributed = await store._distributed()
+            yield store
+
+    async def _distributed(self) -> bool:
+        async with self._db.connection("citus_installed") as conn:
+            found = await fetch_one(conn, "citus_installed")
+            if not (found and found["installed"]):
+                return False
+            tables = await fetch_all(conn, "citus_tables")
+        return "orders" in {r["name"] for r in tables}
 
     async def create(self, change: Change) -> None:
         """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists.
@@ -135,9 +154,13 @@ class PgOrderStore:
             self._creates.clear()
 
     async def _commit_creates(self, batch: list[tuple[Change, asyncio.Future[None]]]) -> None:
+        if self.distributed and len(batch) > 1:  # one order, one shard: each on its own
+            await asyncio.gather(*(self._commit_creates([entry]) for entry in batch))
+            return
         try:
             async with self._db.connection("create") as conn:
-                await apply_documents(conn, [change_doc(c, new=True) for c, _ in batch])
+                docs = [change_doc(c, new=True) for c, _ in batch]
+                await _apply(conn, docs, one_order=self.distributed)
         except asyncio.CancelledError:
             for _, future in batch:
                 future.cancel()
@@ -153,7 +176,7 @@ class PgOrderStore:
             for change, future in batch:  # each alone: only the failing create fails
                 try:
                     async with self._db.connection("create") as conn:
-                        await insert_new_order(conn, change)
+                        await insert_new_order(conn, change, one_order=self.distributed)
                 except asyncio.CancelledError:
                     raise
                 except Exception as alone:
@@ -201,6 +224,8 @@ class PgOrderStore:
         alone, once, so one order's bad write does not fail the others."""
         if not updates:
             return []
+        if self.distributed:  # each order its own one-shard transaction (docs/citus.md)
+            return await self._each_alone(updates)
         try:
             results: dict[int, T | Exception] = {}
             stale = await self._group_commit(updates, range(len(updates)), results, kept=True)
@@ -222,6 +247,11 @@ class PgOrderStore:
                 type(exc).__name__,
                 exc,
             )
+        return await self._each_alone(updates)
+
+    async def _each_alone(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
         alone: list[T | Exception] = []
         for order_id, decide in updates:
             try:
@@ -288,7 +318,8 @@ class PgOrderStore:
         stale: list[int],
     ) -> None:
         unread = [order_id for index, order_id, _ in updates if index not in copies]
-        aggregates = await lock_aggregates(conn, unread) if unread else {}
+        locking = lock_each if self.distributed else lock_aggregates
+        aggregates = await locking(conn, unread) if unread else {}
         docs: list[dict[str, Any]] = []
         sent: list[_Sent | None] = []  # per document; None: a rejection on a locked read
         for index, order_id, decide in updates:
@@ -314,7 +345,7 @@ class PgOrderStore:
             elif isinstance(planned, tuple):
                 docs.append(planned[0])
                 sent.append(planned[1])
-        outcomes = await _commit(conn, docs, sent)
+        outcomes = await _commit(conn, docs, sent, one_order=self.distributed)
         self._settle(sent, outcomes, results, written, stale)
 
     def _settle(
@@ -378,7 +409,7 @@ class PgOrderStore:
         planned = _document(0, aggregate, 0, change, from_copy=False)
         if not isinstance(planned, tuple):  # nothing to write (never stale: no kept copy)
             return Written.SKIPPED
-        [written] = await _commit(conn, [planned[0]], [planned[1]])
+        [written] = await _commit(conn, [planned[0]], [planned[1]], one_order=self.distributed)
         return written
 
     async def load(self, order_id: UUID) -> OrderAggregate | None:
@@ -460,7 +491,18 @@ class PgOrderStore:
         """Lease up to `limit` due or lease-expired steps in one statement (attempt + 1)."""
         if limit <= 0:
             return []
-        found = await self._fetch_all("claim_due", claim_params(owner, now, limit, lease_s))
+        params = claim_params(owner, now, limit, lease_s)
+        if self.distributed:
+            claims: list[Claim] = []
+            for order_id, seqs in await self._candidates(params):
+                if len(claims) >= limit:
+                    break
+                async with self._db.connection("claim_order") as conn:
+                    claims.extend(
+                        await self._claim_order(conn, params, order_id, seqs, limit - len(claims))
+                    )
+            return claims
+        found = await self._fetch_all("claim_due", params)
         claims, read = _claimed(found)
         # What the statement read of each claimed order, with the claim put in, becomes the
         # copy the attempt's start is decided on (the executor's group commit: no locking
@@ -492,8 +534,11 @@ class PgOrderStore:
         start does not hold up the others."""
         if limit <= 0:
             return []
+        params = claim_params(owner, now, limit, lease_s)
         try:
-            return await self._claimed_and_started(claim_params(owner, now, limit, lease_s), start)
+            if self.distributed:
+                return await self._claim_and_start_by_order(params, limit, start)
+            return await self._claimed_and_started(params, start)
         except StoreUnavailable:
             raise
         except Exception as exc:
@@ -530,6 +575,70 @@ class PgOrderStore:
         for order_id, version, aggregate in written:
             self._keep(order_id, version, aggregate)
         return [(claim, results[i]) for i, claim in enumerate(claims)]
+
+    async def _candidates(self, params: dict[str, Any]) -> list[tuple[UUID, list[int]]]:
+        """On Citus: the due steps' orders, earliest due first, each with its due steps (one
+        unlocked read across the shards)."""
+        found = await self._fetch_all("claim_candidates", params)
+        orders: dict[UUID, list[int]] = {}
+        for row in found:
+            orders.setdefault(row["order_id"], []).append(row["seq"])
+        return list(orders.items())
+
+    async def _claim_order(
+        self, conn: Connection, params: dict[str, Any], order_id: UUID, seqs: list[int], room: int
+    ) -> list[Claim]:
+        """On Citus: claim up to `room` of one order's candidate steps on `conn` (one shard),
+        keeping what the statement read as the order's copy."""
+        found = await fetch_all(
+            conn, "claim_order", {**params, "order_id": order_id, "seqs": seqs[:room]}
+        )
+        claims, read = _claimed(found)
+        self._kept.pop(order_id, None)
+        for kept_id, (version, aggregate) in read.items():
+            self._keep(kept_id, version, aggregate)
+        return claims
+
+    async def _claim_and_start_by_order(
+        self,
+        params: dict[str, Any],
+        limit: int,
+        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
+    ) -> list[tuple[Claim, T | Exception]]:
+        """On Citus: `claim_and_start` one order at a time, each its own one-shard transaction
+        (BEGIN, `claim_order`, the starts decided on what it read, their write, COMMIT), the
+        orders in the order their steps fell due. An order another claim holds is skipped."""
+        done: list[tuple[Claim, T | Exception]] = []
+        for order_id, seqs in await self._candidates(params):
+            if len(done) >= limit:
+                break
+            claims: list[Claim] = []
+            results: dict[int, T | Exception] = {}
+            try:
+                async with self._db.connection("claim_and_start") as conn, conn.transaction():
+                    found = await fetch_all(
+                        conn,
+                        "claim_order",
+                        {**params, "order_id": order_id, "seqs": seqs[: limit - len(done)]},
+                    )
+                    claims, read = _claimed(found)
+                    updates = [(c.order_id, functools.partial(start, c)) for c in claims]
+                    rounds = _rounds(updates, range(len(updates)))
+                    copies = _copies(updates, rounds, read)
+                    written, stale = await self._write_rounds(
+                        conn, updates, rounds, copies, results
+                    )
+                    if stale:
+                        again, _ = await self._write_rounds(
+                            conn, updates, _rounds(updates, stale), {}, results
+                        )
+                        written.extend(again)
+            finally:
+                self._kept.pop(order_id, None)
+            for kept_id, version, aggregate in written:
+                self._keep(kept_id, version, aggregate)
+            done.extend((claim, results[i]) for i, claim in enumerate(claims))
+        return done
 
     async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
         """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
@@ -612,7 +721,7 @@ class Written(enum.Enum):
 
 
 async def _commit(
-    conn: Connection, docs: list[dict[str, Any]], sent: list[_Sent | None]
+    conn: Connection, docs: list[dict[str, Any]], sent: list[_Sent | None], *, one_order: bool
 ) -> list[Written]:
     """The one commit helper of `update` and the group commit (so of the batch start): every
     planned document (`_document`) in one `apply_changes` statement, then, in a second
@@ -620,7 +729,7 @@ async def _commit(
     (unless it was decided on a kept copy: that one is decided again on a fresh read). A
     document without a `_Sent` (a rejection the read foresaw) is SKIPPED: its change wrote
     nothing, whatever the statement did."""
-    applied = await apply_documents(conn, docs)
+    applied = await _apply(conn, docs, one_order=one_order)
     outcomes = [
         Written.SKIPPED if entry is None else Written.APPLIED if ok else Written.REJECTED
         for entry, ok in zip(sent, applied, strict=True)
@@ -630,7 +739,7 @@ async def _commit(
         for entry, outcome in zip(sent, outcomes, strict=True)
         if entry is not None and outcome is Written.REJECTED and not entry.from_copy
     ]
-    await apply_documents(conn, [doc for doc in rejections if doc is not None])
+    await _apply(conn, [d for d in rejections if d is not None], one_order=one_order)
     return outcomes
 
 
@@ -677,6 +786,13 @@ def _idempotency_key(user_id: str, scope: str, key: str) -> dict[str, Any]:
     """The parameters of `find_idempotency`: the key and where it is kept."""
     placement = ids.idempotency_placement(user_id, scope, key)
     return {"placement": placement, "user_id": user_id, "scope": scope, "key": key}
+
+
+async def _apply(conn: Connection, docs: list[dict[str, Any]], *, one_order: bool) -> list[bool]:
+    """`apply_documents`, each document in its own one-order statement on Citus."""
+    if one_order:
+        return await apply_documents(conn, docs, one_order=True)
+    return await apply_documents(conn, docs)
 
 
 def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:

@@ -33,21 +33,48 @@ from orderflow_pg import rows
 from orderflow_pg.queries import Connection, query
 
 
-async def insert_new_order(conn: Connection, change: Change) -> None:
+async def insert_new_order(conn: Connection, change: Change, *, one_order: bool = False) -> None:
     """Write a new order with everything that comes with it."""
     if change.order is None:
         raise ValueError("create needs an order")
-    await conn.execute(query("apply_changes"), {"docs": documents([change_doc(change, new=True)])})
+    await apply_documents(conn, [change_doc(change, new=True)], one_order=one_order)
 
 
-async def apply_documents(conn: Connection, docs: list[dict[str, Any]]) -> list[bool]:
+async def apply_documents(
+    conn: Connection, docs: list[dict[str, Any]], *, one_order: bool = False
+) -> list[bool]:
     """Send several orders' documents (`change_doc`, no two of one order) in one statement;
-    whether each was applied (False: its guarded step was fenced off, nothing of it written)."""
+    whether each was applied (False: its guarded step was fenced off, nothing of it written).
+    With `one_order` (on Citus) each document goes in its own statement pinned to its order
+    (`apply_order_changes`), which Citus prunes to the order's shard."""
     if not docs:
         return []
+    if one_order:
+        applied: list[bool] = []
+        for doc in docs:
+            params = {"docs": documents([doc]), "order_id": doc_order(doc)}
+            cursor = conn.cursor()
+            await cursor.execute(query("apply_order_changes"), params)
+            applied.extend(bool(row[1]) for row in await cursor.fetchall())
+        return applied
     cursor = conn.cursor()
     await cursor.execute(query("apply_changes"), {"docs": documents(docs)})
     return [bool(row[1]) for row in await cursor.fetchall()]
+
+
+def doc_order(doc: dict[str, Any]) -> UUID:
+    """The order a document writes (every part of one document is of one order)."""
+    for key in ("new_order", "order", "guarded_step"):
+        if key in doc:
+            return UUID(str(doc[key]["order_id"]))
+    if "expect_order" in doc:
+        return UUID(str(doc["expect_order"]))
+    for key in ("steps", "new_steps", "events", "audit", "refunds", "attempts", "new_attempts"):
+        if doc.get(key):
+            return UUID(str(doc[key][0]["order_id"]))
+    if doc.get("order_id") is not None:
+        return UUID(str(doc["order_id"]))
+    raise ValueError("a document that names no order")
 
 
 def documents(docs: list[dict[str, Any]]) -> str:

@@ -89,9 +89,7 @@ class RecordingStore:
         await self.inner.create(change)
         if change.order is not None:
             empty = OrderAggregate(order=change.order)
-            self.writes.append(
-                Write(change.order.order_id, None, written_attempts(empty, change))
-            )
+            self.writes.append(Write(change.order.order_id, None, written_attempts(empty, change)))
 
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]

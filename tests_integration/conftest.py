@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from citus_fixtures import citus_database, citus_store, citus_url  # noqa: F401 (Citus)
 from processes import Proc
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo

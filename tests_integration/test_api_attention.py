@@ -16,9 +16,14 @@ ORDERS = "/api/v1/orders"
 QUEUE = f"{ORDERS}?needs_attention=true"
 
 
-@pytest.fixture
-def api(pg_store: PgOrderStore, run: Any) -> Iterator[LiveApi]:
-    with live(make_world(pg_store), run=run) as served:
+@pytest.fixture(params=["postgres", pytest.param("citus", marks=pytest.mark.citus)])
+def api(request: pytest.FixtureRequest, run: Any) -> Iterator[LiveApi]:
+    """The API over a PostgreSQL store, and over one on a Citus cluster (the whole flow:
+    creates, the executor's claims and results, the queue, the feed)."""
+    store: PgOrderStore = request.getfixturevalue(
+        "citus_store" if request.param == "citus" else "pg_store"
+    )
+    with live(make_world(store), run=run) as served:
         yield served
 
 

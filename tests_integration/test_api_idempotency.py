@@ -92,3 +92,16 @@ def test_concurrent_requests_with_one_key_create_one_order_on_postgresql(
         replies = api.run(_create_many(api, 20, [ORDER_BODY]))
         orders = api.run(pg_store.list_orders(customer_id=None, state=None, limit=100, before=None))
         _assert_one_order(replies, orders)
+
+
+@pytest.mark.citus
+def test_concurrent_requests_with_one_key_create_one_order_on_a_citus_cluster(
+    citus_store: Any, run: Any
+) -> None:
+    """The create's order and key on one shard: 20 racing requests, one order, each reply it."""
+    with live(make_world(citus_store), run=run) as api:
+        replies = api.run(_create_many(api, 20, [ORDER_BODY]))
+        orders = api.run(
+            citus_store.list_orders(customer_id=None, state=None, limit=100, before=None)
+        )
+        _assert_one_order(replies, orders)

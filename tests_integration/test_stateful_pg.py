@@ -68,3 +68,25 @@ def test_the_six_rules_hold_on_postgresql_under_random_crashes_stalls_and_clock_
             database=None,
         ),
     )
+
+
+# On a Citus cluster every write is several single-shard parts driven by the coordinator:
+# fewer examples keep the run to a few minutes (ORDERFLOW_CITUS_STATEFUL_EXAMPLES for more).
+CITUS_EXAMPLES = int(os.environ.get("ORDERFLOW_CITUS_STATEFUL_EXAMPLES", "8"))
+
+
+@pytest.mark.citus
+def test_the_six_rules_hold_on_a_citus_cluster_under_random_crashes_stalls_and_clock_jumps(
+    citus_url: str,
+) -> None:
+    gc.collect()
+    run_state_machine_as_test(
+        pg_machine(citus_url),
+        settings=settings(
+            max_examples=CITUS_EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            database=None,
+        ),
+    )

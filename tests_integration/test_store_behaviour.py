@@ -35,11 +35,19 @@ from orderflow_core.steps.definition import CallPlan
 from orderflow_core.testing import InMemoryOrderStore
 
 
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("citus", marks=pytest.mark.citus),
+    ]
+)
 def store(request: pytest.FixtureRequest) -> OrderStore:
     if request.param == "memory":
         return InMemoryOrderStore()
-    pg_store: OrderStore = request.getfixturevalue("pg_store")
+    pg_store: OrderStore = request.getfixturevalue(
+        "citus_store" if request.param == "citus" else "pg_store"
+    )
     return pg_store
 
 
@@ -219,11 +227,25 @@ def test_a_failure_between_the_writes_of_a_transition_leaves_nothing_visible(
     if isinstance(store, InMemoryOrderStore):  # the fake's own hook
         store.fail_after_order_write = RuntimeError("injected")
     else:  # PostgreSQL fails the statement itself once it has written the order
-        pg_url: str = request.getfixturevalue("pg_url")
+        citus = getattr(store, "distributed", False)
+        pg_url: str = request.getfixturevalue("citus_url" if citus else "pg_url")
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(FAIL_AFTER_ORDER_WRITE)
-    with pytest.raises(Exception, match="injected"):
-        run(store.update(order.order_id, lambda _: (change, None)))
+            if citus:  # a trigger on a distributed table, carried to its shards (one by one)
+                conn.execute("SET citus.enable_unsafe_triggers = on")
+                function, trigger = FAIL_AFTER_ORDER_WRITE.split("CREATE TRIGGER")
+                conn.execute(function)
+                conn.execute("CREATE TRIGGER" + trigger)
+            else:
+                conn.execute(FAIL_AFTER_ORDER_WRITE)
+    try:
+        with pytest.raises(Exception, match="injected"):
+            run(store.update(order.order_id, lambda _: (change, None)))
+    finally:  # the Citus database outlives the test (emptied, not dropped)
+        if getattr(store, "distributed", False):
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("SET citus.enable_unsafe_triggers = on")
+                conn.execute("DROP TRIGGER fail_injected ON audit_log")
+                conn.execute("DROP FUNCTION fail_injected()")
     assert run(store.load(order.order_id)) == before
     assert len(run(store.history(order.order_id))) == 1
     assert len(run(store.audit_entries(order.order_id))) == 1
