@@ -19,7 +19,9 @@ from orderflow.config import ConfigError, Settings, load_settings, unknown_varia
 from orderflow.seed import seed_users
 from orderflow.startup import StartupError, listen_error, one_line
 from orderflow.tracing import export_traces
+from orderflow_core import Services
 from orderflow_core.errors import StoreUnavailable
+from orderflow_http.telemetry import Telemetry
 from orderflow_mocks import run_mocks
 from orderflow_mocks.journal import JournalError
 from orderflow_pg import EmbeddedDatabaseError, PgOrderStore, PgWakeUps, migrate
@@ -192,17 +194,30 @@ async def serve(settings: Settings) -> None:
                 runtime.serving_api(store, settings, telemetry) as api_url,
             ):
                 _announce(api_url, mocks_url, settings)
-                await runtime.warn_if_autovacuum_off(store)
-                async with prune_cli.scheduled_pruning(url, settings, stop):
-                    left = await runtime.run_workers(
-                        store,
-                        services,
-                        settings,
-                        PgWakeUps(settings.direct_database_url or url),
-                        stop,
-                        telemetry,
-                    )
+                left = await _work(url, store, services, settings, stop, telemetry)
     _say(f"orderflow stopped: {left}")
+
+
+async def _work(
+    url: str,
+    store: PgOrderStore,
+    services: Services,
+    settings: Settings,
+    stop: asyncio.Event,
+    telemetry: Telemetry,
+) -> str:
+    """The executors and the relay until `stop`, with the scheduled pruner beside them: what
+    `serve` and `worker` both run once their store, services and servers are up."""
+    await runtime.warn_if_autovacuum_off(store)
+    async with prune_cli.scheduled_pruning(url, settings, stop):
+        return await runtime.run_workers(
+            store,
+            services,
+            settings,
+            PgWakeUps(settings.direct_database_url or url),
+            stop,
+            telemetry,
+        )
 
 
 async def worker(settings: Settings) -> None:
@@ -220,16 +235,7 @@ async def worker(settings: Settings) -> None:
                 print(f"orderflow worker {settings.worker_id} running", flush=True)
                 if metrics_url:
                     print(f"metrics: {metrics_url}/metrics", flush=True)
-                await runtime.warn_if_autovacuum_off(store)
-                async with prune_cli.scheduled_pruning(url, settings, stop):
-                    left = await runtime.run_workers(
-                        store,
-                        services,
-                        settings,
-                        PgWakeUps(settings.direct_database_url or url),
-                        stop,
-                        telemetry,
-                    )
+                left = await _work(url, store, services, settings, stop, telemetry)
     _say(f"orderflow worker {settings.worker_id} stopped: {left}")
 
 
