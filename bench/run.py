@@ -89,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="where latest.{json,md,png} are written")
     from bench import longhorizon  # noqa: PLC0415 (it imports this module)
 
+    p.add_argument("--citus", action="store_true",
+                   help="instead of the suite: --orders on a local Citus cluster (coordinator "
+                        "+ 2 workers) beside one server, per node (bench/citus_bench.py)")
     longhorizon.add_arguments(p)  # --long-horizon N: bench/longhorizon.py instead of the suite
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         p.set_defaults(**QUICK)  # defaults only: options given explicitly still win
@@ -349,6 +352,11 @@ def main(argv: list[str] | None = None) -> None:
         from bench import longhorizon  # noqa: PLC0415
 
         longhorizon.main(argv)
+        return
+    if args.citus:
+        from bench import citus_bench  # noqa: PLC0415
+
+        asyncio.run(citus_bench.main_async(args))
         return
     results = asyncio.run(main_async(args))
     paths = report.write(results, args.results)
