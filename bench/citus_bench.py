@@ -102,6 +102,9 @@ async def _measure(
     with scenario._started(setup, name, url, 0, workers) as nodes:
         await launch.wait_for_port(nodes.mocks, nodes.mocks_port)
         await launch.wait_for_port(nodes.api, nodes.api_port)
+        if launcher == "cli":  # each worker's /metrics: it is up (as bench/scenario.py waits)
+            for worker, port in zip(nodes.workers, nodes.worker_metrics_ports, strict=True):
+                await launch.wait_for_port(worker, port)
         await asyncio.sleep(scenario.SETTLE_S)
         before = {n: _node(u) for n, u in node_urls.items()}
         prepared_before = _prepared(url)
