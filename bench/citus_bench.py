@@ -1,6 +1,6 @@
 """`python -m bench --citus`: the standard closed-loop load on a local Citus cluster (a
 coordinator and 2 workers, `orderflow migrate --distribute`) beside the same load on one
-server of the same build, both started under /tmp by orderflow_testing/citus.py.
+server of the same build, both started under /tmp by orderflow_pg/local_citus.py.
 
 Per run: orders/s, statements per order (the processes' own counters), distributed
 two-phase transactions per order, and per node the tuples written and the WAL.
@@ -25,7 +25,7 @@ import aiohttp
 import psycopg
 
 from bench import launch, load, machine, scenario, statements
-from orderflow_testing import citus
+from orderflow_pg import local_citus as citus
 
 DBNAME = "orderflow_bench"
 NODE_FIGURES = (

@@ -26,8 +26,8 @@ import psycopg
 import pytest
 
 from orderflow_pg import PgOrderStore
+from orderflow_pg import local_citus as citus
 from orderflow_pg.distribute import distribute
-from orderflow_testing import citus
 
 URL_VARIABLE = "ORDERFLOW_TEST_CITUS_URL"
 # Few shards: two per worker is enough to show every statement stays on one of them.

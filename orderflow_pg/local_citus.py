@@ -5,8 +5,8 @@ Needs the Citus extension installed into the machine's PostgreSQL 15 (`citus.con
 extension directory; docs/citus.md says how). As root the nodes run as user `postgres`.
 Command line (what the benchmark and a person use):
 
-    python -m orderflow_testing.citus start DIR PORT [WORKERS]   # prints the coordinator's URL
-    python -m orderflow_testing.citus stop DIR
+    python -m orderflow_pg.local_citus start DIR PORT [WORKERS]   # prints the coordinator's URL
+    python -m orderflow_pg.local_citus stop DIR
 """
 
 from __future__ import annotations
