@@ -363,6 +363,12 @@ class Executor:
             )
             if following is None and task is not None:
                 self._give_back_slot(task)
+            # The attempt is observed under the outcome it is recorded with: a step may read
+            # an answer that went through as no success (a status check finding the charge
+            # still pending is recorded `pending`), and the counters say what the rows say.
+            recorded = _recorded_outcome(change, claim)
+            if recorded is not None:
+                observed.finished(recorded)
             return change, following
 
         try:
@@ -448,3 +454,13 @@ async def _first(*aws: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _recorded_outcome(change: Change, claim: Claim) -> str | None:
+    """The outcome `change` records for the claim's attempt, if it records one."""
+    for step in change.steps:
+        if step.step_id == claim.step_id:
+            for attempt in step.attempts:
+                if attempt.attempt == claim.attempt and attempt.outcome is not None:
+                    return str(attempt.outcome)
+    return None
