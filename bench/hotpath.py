@@ -31,8 +31,7 @@ from orderflow_core.context import Context, Timing
 from orderflow_core.model import ApiIdempotency, Claim, Item, OrderAggregate, Principal
 from orderflow_core.outcomes import Outcome, Succeeded
 from orderflow_core.states import StepKind, StepStatus
-from orderflow_pg import reads, writes
-from orderflow_pg import store as pg_store
+from orderflow_pg import reads, write_engine, writes
 
 WORKER = "bench-worker"
 ITEMS = (Item("SKU-1", 1, 100),)
@@ -95,7 +94,7 @@ def _write(
     """What the group commit does for one decided change on a kept copy: its document (with
     what the copy expects), then, the change applied, the copy it keeps (as `_settle` does)."""
     version, before = kept
-    planned = pg_store._document(0, before, version, change, from_copy=True)
+    planned = write_engine._document(0, before, version, change, from_copy=True)
     if not isinstance(planned, tuple) or planned[1] is None:
         raise RuntimeError(f"the replay's change was not written: {change}")
     doc, sent = planned

@@ -16,8 +16,7 @@ from conftest import Run
 
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.states import OrderState, StepKind, StepStatus
-from orderflow_pg import PgOrderStore
-from orderflow_pg import store as store_module
+from orderflow_pg import PgOrderStore, write_engine
 
 pytestmark = pytest.mark.postgres
 
@@ -38,13 +37,13 @@ def two_stores(pg_url: str, run: Run[Any]) -> Iterator[tuple[PgOrderStore, PgOrd
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many orders each locking read of a group commit read."""
     counted: list[int] = []
-    real = store_module.lock_aggregates
+    real = write_engine.lock_aggregates
 
     async def counting(conn: Any, order_ids: Any) -> Any:
         counted.append(len(order_ids))
         return await real(conn, order_ids)
 
-    monkeypatch.setattr(store_module, "lock_aggregates", counting)
+    monkeypatch.setattr(write_engine, "lock_aggregates", counting)
     return counted
 
 

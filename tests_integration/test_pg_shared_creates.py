@@ -11,8 +11,7 @@ from builders import creation, new_order
 from conftest import Run
 
 from orderflow_core.errors import DuplicateIdempotencyKey
-from orderflow_pg import PgOrderStore
-from orderflow_pg import store as store_module
+from orderflow_pg import PgOrderStore, write_engine
 
 pytestmark = pytest.mark.postgres
 
@@ -21,14 +20,14 @@ pytestmark = pytest.mark.postgres
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many documents each write statement of the store carried."""
     sent: list[int] = []
-    real = store_module.apply_documents
+    real = write_engine.apply_documents
 
     async def counting(conn: Any, docs: list[Any]) -> Any:
         if docs:
             sent.append(len(docs))
         return await real(conn, docs)
 
-    monkeypatch.setattr(store_module, "apply_documents", counting)
+    monkeypatch.setattr(write_engine, "apply_documents", counting)
     return sent
 
 

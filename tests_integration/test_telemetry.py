@@ -23,7 +23,8 @@ from orderflow import tracing
 from orderflow_core.model import Claim
 from orderflow_core.ports import CallContext
 from orderflow_core.states import StepKind
-from orderflow_http.telemetry import DURATION_BUCKETS, FOLLOW_LINKS_DESCRIPTION, Telemetry
+from orderflow_http.metrics import DURATION_BUCKETS
+from orderflow_http.telemetry import FOLLOW_LINKS_DESCRIPTION, Telemetry
 
 CALLER = "00-abababababababababababababababab-cdcdcdcdcdcdcdcd-01"
 CLAIM = Claim(uuid.uuid4(), uuid.uuid4(), StepKind.CHARGE, 2, "worker-t", datetime.now(UTC))
