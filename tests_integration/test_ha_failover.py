@@ -27,7 +27,7 @@ from uuid import UUID
 import attrs
 import psycopg
 import pytest
-from nats_harness import Names, any_nats_server, consume_all
+from nats_harness import Names, any_nats_server, consume_all, delete_stream
 from processes import CUSTOMER_TOKEN, Proc, base_env, eventually, free_port
 from psycopg import sql
 
@@ -213,14 +213,21 @@ FAULTS = {
 }
 
 
+@pytest.fixture
+def names(nats_url: str) -> Iterator[Names]:
+    """A stream of this test's own, deleted after it (the machine's NATS server outlives runs)."""
+    names = Names.unique()
+    yield names
+    asyncio.run(delete_stream(nats_url, names))
+
+
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_orders_survive_a_failover_under_load(
-    cluster: ha_cluster.HaCluster, nats_url: str, fault: str, procs: list[Proc]
+    cluster: ha_cluster.HaCluster, nats_url: str, names: Names, fault: str, procs: list[Proc]
 ) -> None:
     cluster.wait_healthy()
     url = _database(cluster, f"orderflow_ha_{fault}")
     mocks_port = free_port()
-    names = Names.unique()
     env = base_env(
         ORDERFLOW_NATS_URL=nats_url,
         ORDERFLOW_NATS_STREAM=names.stream,
