@@ -5,7 +5,9 @@ their placement, `ids.idempotency_placement`) and co-located with `orders`, so e
 rows lie on one shard and the hot statements each touch one shard (docs/citus.md). The small
 shared tables are replicated to every node (`users`, `outbox_feed`); the migration ledger
 stays on the coordinator, where the migration runner runs (Citus carries a later migration's
-DDL on a distributed table to its shards). Idempotent: a table already distributed is left as
+DDL on a distributed table to its shards). The one-order write, `orderflow_apply_order`
+(citus.sql), is created and distributed with the orders, so Citus runs each call on the node
+of its order's shard. Idempotent: a table already distributed is left as
 it is, so running it again after an upgrade distributes only what a newer migration added.
 """
 
@@ -91,6 +93,10 @@ async def _distribute(conn: Connection, shard_count: int) -> list[str]:
     # until the other is distributed too)
     for table in moved:
         await execute(conn, "drop_local_copy", {"table": table})
+    # The one-order write run on its shard's node (replaced, so an upgrade brings its newest
+    # form; its distribution is idempotent)
+    await execute(conn, "create_apply_order")
+    await execute(conn, "distribute_apply_order")
     name = await fetch_one(conn, "current_database")
     assert name is not None
     await conn.execute(sql.SQL(NO_JIT).format(sql.Identifier(name["name"])))

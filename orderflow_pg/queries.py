@@ -38,7 +38,21 @@ _ONE_ORDER = re.compile(r"/\*@order (?P<alias>[a-z]+)\*/")
 # The one-order forms, by the name they are sent under: on Citus each is pruned to one shard.
 ONE_ORDER_FORMS = {"apply_order_changes": "apply_changes"}
 # Statements that need the Citus extension (`orderflow_pg.distribute`).
-CITUS_ONLY = frozenset({"citus_tables", "distribute_table", "reference_table", "drop_local_copy"})
+CITUS_ONLY = frozenset(
+    {
+        "citus_tables",
+        "distribute_table",
+        "reference_table",
+        "drop_local_copy",
+        # citus.sql: a one-order write on its shard's node (docs/citus.md, "Writes")
+        "create_apply_order",
+        "distribute_apply_order",
+        "apply_order",
+        "number_events",
+    }
+)
+# The Citus-only statements kept apart from queries.sql (each name in CITUS_ONLY)
+CITUS_FILE = "citus.sql"
 
 
 # What only the many-order form has (`/*@many{*/ ... /*}@many*/`), and what only the one-order
@@ -60,8 +74,12 @@ def one_order(text: str) -> str:
 @functools.cache
 def queries() -> dict[str, str]:
     """Every named query of the store, loaded once per process (with the one-order forms)."""
-    text = importlib.resources.files("orderflow_pg").joinpath("queries.sql").read_text("utf-8")
-    found = parse_queries(text)
+    files = importlib.resources.files("orderflow_pg")
+    found = parse_queries(files.joinpath("queries.sql").read_text("utf-8"))
+    for name, body in parse_queries(files.joinpath(CITUS_FILE).read_text("utf-8")).items():
+        if name in found:
+            raise ValueError(f"query {name!r} is defined twice")
+        found[name] = body
     for name, source in ONE_ORDER_FORMS.items():
         found[name] = one_order(found[source])
     return found

@@ -17,6 +17,7 @@ from uuid import UUID
 
 import attrs
 import orjson
+from psycopg.pq import TransactionStatus
 
 from orderflow_core import ids
 from orderflow_core.model import (
@@ -45,21 +46,45 @@ async def apply_documents(
 ) -> list[bool]:
     """Send several orders' documents (`change_doc`, no two of one order) in one statement;
     whether each was applied (False: its guarded step was fenced off, nothing of it written).
-    With `one_order` (on Citus) each document goes in its own statement pinned to its order
-    (`apply_order_changes`), which Citus prunes to the order's shard."""
+    With `one_order` (on Citus) each document is written by its own call of
+    `orderflow_apply_order` on the node of its order's shard (`_apply_on_shard`)."""
     if not docs:
         return []
     if one_order:
-        applied: list[bool] = []
-        for doc in docs:
-            params = {"docs": documents([doc]), "order_id": doc_order(doc)}
-            cursor = conn.cursor()
-            await cursor.execute(query("apply_order_changes"), params)
-            applied.extend(bool(row[1]) for row in await cursor.fetchall())
-        return applied
+        return [await _apply_on_shard(conn, doc) for doc in docs]
     cursor = conn.cursor()
     await cursor.execute(query("apply_changes"), {"docs": documents(docs)})
     return [bool(row[1]) for row in await cursor.fetchall()]
+
+
+async def _apply_on_shard(conn: Connection, doc: dict[str, Any]) -> bool:
+    """On Citus: one order's document written by `orderflow_apply_order` (citus.sql), which
+    Citus runs on the node of the order's shard, so the transaction commits there alone,
+    without two-phase commit. Its events are numbered first on the coordinator
+    (`number_events`, in the same transaction: the feed's horizon, `feed_horizon`, waits for
+    it), which also wakes the executors if the write makes a step due now. Outside a
+    transaction (a create) the two statements get one of their own."""
+    numbering = bool(doc.get("events")) or bool(doc.get("announce"))
+    if numbering and conn.info.transaction_status == TransactionStatus.IDLE:
+        async with conn.transaction():
+            return await _apply_on_shard(conn, doc)
+    if numbering:
+        cursor = conn.cursor()
+        counts = {"events": len(doc.get("events", ())), "announce": bool(doc.get("announce"))}
+        await cursor.execute(query("number_events"), counts)
+        found = await cursor.fetchone()
+        assert found is not None
+        doc = {
+            **doc,
+            "events": [
+                {**e, "seq": s} for e, s in zip(doc.get("events", []), found[2], strict=True)
+            ],
+        }
+    cursor = conn.cursor()
+    params = {"order_id": doc_order(doc), "doc": orjson.dumps(doc, default=_json_value).decode()}
+    await cursor.execute(query("apply_order"), params)
+    row = await cursor.fetchone()
+    return bool(row and row[0])
 
 
 def doc_order(doc: dict[str, Any]) -> UUID:
