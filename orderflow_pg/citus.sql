@@ -198,3 +198,15 @@ SELECT
     ARRAY(SELECT nextval(pg_get_serial_sequence('outbox', 'seq'))
           FROM generate_series(1, %(events)s::integer)) AS seqs,
     CASE WHEN %(announce)s::boolean THEN pg_notify('orderflow_steps', '')::text END AS sent
+
+-- keep_on_coordinator --
+-- Citus: a table replicated by an earlier `migrate --distribute` made a plain table of the
+-- coordinator again (`outbox_feed`: the relay's mark then commits on the coordinator alone)
+SELECT undistribute_table(%(table)s::regclass)
+
+-- insert_idempotency --
+-- Citus: an idempotency record kept on another shard than its order's (a create whose order
+-- id was not taken from its key), written beside `orderflow_apply_order` in its transaction
+INSERT INTO api_idempotency (placement, user_id, scope, key, fingerprint, resource_id, created_at)
+SELECT r.placement, r.user_id, r.scope, r.key, r.fingerprint, r.resource_id, r.created_at
+FROM jsonb_populate_record(NULL::api_idempotency, %(record)s::jsonb) AS r

@@ -3,12 +3,12 @@
 Every order-scoped table is distributed by its order (`order_id`; the idempotency keys by
 their placement, `ids.idempotency_placement`) and co-located with `orders`, so each order's
 rows lie on one shard and the hot statements each touch one shard (docs/citus.md). The small
-shared tables are replicated to every node (`users`, `outbox_feed`); the migration ledger
-stays on the coordinator, where the migration runner runs (Citus carries a later migration's
-DDL on a distributed table to its shards). The one-order write, `orderflow_apply_order`
+shared table `users` is replicated to every node. The relay's mark (`outbox_feed`) and the
+migration ledger stay plain tables of the coordinator (Citus carries a later migration's DDL
+on a distributed table to its shards). The one-order write, `orderflow_apply_order`
 (citus.sql), is created and distributed with the orders, so Citus runs each call on the node
-of its order's shard. Idempotent: a table already distributed is left as
-it is, so running it again after an upgrade distributes only what a newer migration added.
+of its order's shard. Idempotent: a table already distributed is left as it is, so running it
+again after an upgrade distributes only what a newer migration added.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ DISTRIBUTED = (
     ("processed_events", "order_id"),
     ("api_idempotency", "placement"),
 )
-REFERENCE = ("users", "outbox_feed")
+REFERENCE = ("users",)
+# Tables that stay plain tables of the coordinator. `outbox_feed` is the relay's one-row mark:
+# replicated to every node, each published batch was a two-phase commit over all of them;
+# on the coordinator it commits there alone, and the feed's reads (`events`,
+# `unpublished_events`) take its one value to the workers as their parameter.
+COORDINATOR = ("outbox_feed",)
 # The coordinator plans a one-order write (`apply_order_changes`) as single-shard parts whose
 # estimated costs pass PostgreSQL's JIT threshold: compiling took ~2 s per statement here, for
 # a statement that runs in milliseconds. Off for this database (an identifier, composed).
@@ -89,6 +94,10 @@ async def _distribute(conn: Connection, shard_count: int) -> list[str]:
         await execute(conn, "reference_table", {"table": table})
         moved.append(table)
         done.append(f"replicated {table} on every node")
+    for table in COORDINATOR:
+        if known.get(table) == "n":  # replicated by an earlier version
+            await execute(conn, "keep_on_coordinator", {"table": table})
+            done.append(f"kept {table} on the coordinator")
     # Once all are distributed (a table referenced by another's foreign key keeps its copy
     # until the other is distributed too)
     for table in moved:

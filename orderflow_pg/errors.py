@@ -35,6 +35,16 @@ def _is_idempotency_key(constraint: str | None) -> bool:
     )
 
 
+def _names_shard_key(exc: psycopg.Error) -> bool:
+    """Whether Citus relayed a shard's unique violation of the key by its message alone: met by
+    rows it copied from the coordinator (an internal error), or inside the one-order write
+    that runs on the shard's node (`orderflow_apply_order`, without the constraint's name)."""
+    return any(
+        f'unique constraint "{name}_' in str(exc)
+        for name in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT)
+    )
+
+
 @asynccontextmanager
 async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None]:
     """Run one store operation under a client-side deadline and translate psycopg's errors.
@@ -56,16 +66,11 @@ async def database_edge(operation: str, deadline_s: float) -> AsyncIterator[None
         whose = "" if bounded_s == deadline_s else " (what the request's deadline left)"
         raise StoreUnavailable(f"{operation}: no answer within {bounded_s:.3g} s{whose}") from exc
     except pg_errors.UniqueViolation as exc:
-        if _is_idempotency_key(exc.diag.constraint_name):
+        if _is_idempotency_key(exc.diag.constraint_name) or _names_shard_key(exc):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
     except pg_errors.InternalError_ as exc:
-        # Citus reports a shard's unique violation met by rows it copied from the coordinator
-        # as an internal error naming the shard's constraint
-        if any(
-            f'unique constraint "{name}_' in str(exc)
-            for name in (IDEMPOTENCY_CONSTRAINT, KEYED_ORDER_CONSTRAINT)
-        ):
+        if _names_shard_key(exc):
             raise DuplicateIdempotencyKey("idempotency key already used") from exc
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -49,6 +49,8 @@ CITUS_ONLY = frozenset(
         "distribute_apply_order",
         "apply_order",
         "number_events",
+        "keep_on_coordinator",
+        "insert_idempotency",
     }
 )
 # The Citus-only statements kept apart from queries.sql (each name in CITUS_ONLY)

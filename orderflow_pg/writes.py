@@ -62,29 +62,39 @@ async def _apply_on_shard(conn: Connection, doc: dict[str, Any]) -> bool:
     Citus runs on the node of the order's shard, so the transaction commits there alone,
     without two-phase commit. Its events are numbered first on the coordinator
     (`number_events`, in the same transaction: the feed's horizon, `feed_horizon`, waits for
-    it), which also wakes the executors if the write makes a step due now. Outside a
-    transaction (a create) the two statements get one of their own."""
+    it), which also wakes the executors if the write makes a step due now. An idempotency
+    record kept on another shard (a create whose id was not taken from its key) is written
+    after it, in its transaction (then a two-phase commit). Outside a transaction (a create)
+    the statements get one of their own."""
+    order_id = doc_order(doc)
+    record = doc.get("idempotency")
+    apart = record is not None and str(record["placement"]) != str(order_id)
     numbering = bool(doc.get("events")) or bool(doc.get("announce"))
-    if numbering and conn.info.transaction_status == TransactionStatus.IDLE:
+    if (numbering or apart) and conn.info.transaction_status == TransactionStatus.IDLE:
         async with conn.transaction():
             return await _apply_on_shard(conn, doc)
+    if apart:
+        doc = {k: v for k, v in doc.items() if k != "idempotency"}
     if numbering:
         cursor = conn.cursor()
         counts = {"events": len(doc.get("events", ())), "announce": bool(doc.get("announce"))}
         await cursor.execute(query("number_events"), counts)
         found = await cursor.fetchone()
         assert found is not None
-        doc = {
-            **doc,
-            "events": [
-                {**e, "seq": s} for e, s in zip(doc.get("events", []), found[2], strict=True)
-            ],
-        }
+        numbered = zip(doc.get("events", []), found[2], strict=True)
+        doc = {**doc, "events": [{**e, "seq": s} for e, s in numbered]}
     cursor = conn.cursor()
-    params = {"order_id": doc_order(doc), "doc": orjson.dumps(doc, default=_json_value).decode()}
+    params = {"order_id": order_id, "doc": _json(doc)}
     await cursor.execute(query("apply_order"), params)
     row = await cursor.fetchone()
-    return bool(row and row[0])
+    applied = bool(row and row[0])
+    if applied and apart:
+        await cursor.execute(query("insert_idempotency"), {"record": _json(record)})
+    return applied
+
+
+def _json(value: object) -> str:
+    return orjson.dumps(value, default=_json_value).decode()
 
 
 def doc_order(doc: dict[str, Any]) -> UUID:

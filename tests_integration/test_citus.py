@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from builders import T0, creation, new_order
+from builders import T0, at, creation, new_order, reserved_change
 
 from orderflow_core import ids
 from orderflow_pg import PgOrderStore
@@ -64,6 +64,20 @@ def test_migrate_distribute_is_idempotent_and_leaves_every_table_where_it_belong
     assert len(set(placed.values())) == 1  # one co-location group: every order on one shard
     assert columns == dict(DISTRIBUTED)
     assert reference == set(REFERENCE)
+    with psycopg.connect(citus_url) as conn:
+        # The relay's mark is a plain table of the coordinator: no Citus table at all
+        assert conn.execute(
+            "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = 'outbox_feed'::regclass"
+        ).fetchone() == (0,)
+        # The one-order write runs on its order's node, co-located with the orders
+        [(arg, forced, same_group)] = conn.execute(
+            "SELECT o.distribution_argument_index, o.force_delegation,"
+            " o.colocationid = (SELECT colocationid FROM pg_dist_partition"
+            "   WHERE logicalrelid = 'orders'::regclass)"
+            " FROM pg_dist_object AS o"
+            " WHERE o.objid = 'orderflow_apply_order(uuid, jsonb)'::regprocedure"
+        ).fetchall()
+        assert (arg, forced, same_group) == (0, True, True)
 
 
 @pytest.mark.postgres
@@ -280,6 +294,60 @@ def test_a_create_through_the_store_keeps_its_order_and_key_on_one_shard(
     found = run(citus_store.find_idempotency("alice", "create_order", "key-9"))
     assert found is not None
     assert found.resource_id == order.order_id
+
+
+@pytest.fixture
+def prepares_kept(citus_url: str) -> Any:
+    """Citus's 2PC recovery off while the test runs, so `pg_dist_transaction` keeps one row per
+    node a transaction PREPAREd on; a function counting them."""
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET citus.recover_2pc_interval = -1")
+        conn.execute("SELECT pg_reload_conf()")
+
+    def count() -> int:
+        with psycopg.connect(citus_url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    try:
+        yield count
+    finally:
+        with psycopg.connect(citus_url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET citus.recover_2pc_interval")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_an_orders_writes_and_the_relays_mark_commit_without_two_phase_commit(
+    citus_store: PgOrderStore, prepares_kept: Any, run: Any
+) -> None:
+    """A create, a claim, a fenced step result and the relay's published mark each commit on
+    one node (the order's worker, or the coordinator for the mark): no PREPARE anywhere. The
+    events still get the coordinator's feed numbers, in the order's own order."""
+    before = prepares_kept()
+    order = attrs_evolve(new_order(), ids.keyed_order_id("alice", "key-2pc"))
+    run(citus_store.create(creation(order, key="key-2pc")))
+    [claim] = run(citus_store.claim_due(owner="w1", now=at(1), limit=5, lease_s=30))
+    written = run(
+        citus_store.update_many(
+            [
+                (
+                    order.order_id,
+                    lambda a: (reserved_change(a.order, a.steps[0], claim, worker="w1"), 1),
+                )
+            ]
+        )
+    )
+    assert written == [1]
+    events = run(citus_store.unpublished_events(10))
+    assert [e.type for e in events] == ["order.created", "order.reserved"]
+    assert events[0].seq < events[1].seq
+    run(citus_store.mark_published([e.seq for e in events], at(2)))
+    assert run(citus_store.unpublished_events(10)) == []
+    aggregate = run(citus_store.load(order.order_id))
+    assert aggregate is not None
+    assert aggregate.order.state.value == "reserved"
+    assert prepares_kept() == before
 
 
 def test_a_worker_sigkilled_under_load_loses_no_order_and_charges_none_twice(
