@@ -149,6 +149,7 @@ def _say(f: dict[str, Any]) -> None:
           f"statements/order, {f['two_phase_per_order']} 2PC/order "
           f"{f['two_phase_by_group_per_order']} by group; per order: {nodes}; "
           f"states {f['states']}", flush=True)
+    print(f"    statements by name per order: {f.get('statements_by_name_per_order')}", flush=True)
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
