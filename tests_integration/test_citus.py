@@ -249,6 +249,10 @@ def test_every_hot_statement_runs_on_one_shard(
             _tasks(conn, "apply_order_changes", {"docs": documents([doc]), "order_id": new_id}),
             coordinator,
         )
+        # What the store sends instead: the call, forwarded whole to the order's worker
+        counts = _tasks(conn, "apply_order", {"order_id": new_id, "doc": documents([doc])[1:-1]})
+        assert [count for count, _ in counts] == [1], counts
+        _one_shard(counts, coordinator)
         # A start or result write: the order's row, its step, its events and audit
         aggregate = run(citus_store.load(oid))
         doc = change_doc(change, aggregate)
