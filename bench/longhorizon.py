@@ -118,15 +118,19 @@ def clone_orders(
 
 
 def sizes(conn: psycopg.Connection[Any]) -> dict[str, dict[str, int]]:
-    """Rows (estimated), table and index bytes, autovacuum/autoanalyze counts per table."""
+    """Rows (estimated), table and index bytes, autovacuum/autoanalyze counts per table (a
+    partitioned one's summed over its partitions: audit_log)."""
     out = {}
     for table in TABLES:
         row = conn.execute(
-            "SELECT c.reltuples::bigint, pg_table_size(c.oid), pg_indexes_size(c.oid),"
-            " s.autovacuum_count, s.autoanalyze_count, s.n_dead_tup"
-            " FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
-            " WHERE c.oid = %s::regclass",
-            (table,),
+            "SELECT sum(greatest(c.reltuples, 0))::bigint, sum(pg_table_size(c.oid))::bigint,"
+            " sum(pg_indexes_size(c.oid))::bigint, sum(coalesce(s.autovacuum_count, 0))::bigint,"
+            " sum(coalesce(s.autoanalyze_count, 0))::bigint, sum(coalesce(s.n_dead_tup, 0))::bigint"
+            " FROM (SELECT %(t)s::regclass AS relid UNION"
+            "       SELECT relid FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf) AS p"
+            " JOIN pg_class c ON c.oid = p.relid"
+            " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid",
+            {"t": table},
         ).fetchone()
         assert row is not None
         out[table] = dict(zip(

@@ -436,7 +436,7 @@ class _Pass:
             try:
                 async with self.conn.transaction():
                     await self._partition_change()
-                    moved = (await _one(self.conn, "audit_default_has", bounds))["found"]
+                    moved = bool(await _all(self.conn, "audit_default_has", bounds))
                     if moved:
                         await _run(self.conn, "audit_stash", {})
                         await _run(self.conn, "audit_stash_default", bounds)

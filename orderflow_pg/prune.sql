@@ -164,8 +164,8 @@ ORDER BY c.relname
 
 -- audit_default_has --
 -- Whether the DEFAULT partition holds entries of a month (written before its partition existed)
-SELECT EXISTS (
-    SELECT FROM audit_log_default WHERE at >= %(lo)s AND at < %(hi)s) AS found
+-- (a row or none: on Citus, EXISTS over a distributed table is not planned in a target list)
+SELECT 1 AS found FROM audit_log_default WHERE at >= %(lo)s AND at < %(hi)s LIMIT 1
 
 -- audit_month_create --
 -- A month's partition (composed: the name and bounds are identifiers and literals)
