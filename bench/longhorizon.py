@@ -63,6 +63,28 @@ def _columns(conn: psycopg.Connection[Any], table: str) -> list[tuple[str, str, 
     return [(r[0], r[1], r[2]) for r in rows]
 
 
+def _copy_exprs(
+    table: str, cols: list[tuple[str, str, bool]], *, suffix: sql.SQL, rank: sql.SQL
+) -> list[sql.Composable]:
+    """The select list cloning `cols` of `table`'s row `t` as copy `g.n`: each uuid mapped to
+    md5(uuid || suffix) (so a copy's rows refer to each other as the original's do), each time
+    moved back by `%(lag)s` plus `rank` times `%(step)s`, each text key suffixed; the rest as is."""
+    exprs: list[sql.Composable] = []
+    for name, kind, _ in cols:
+        col = sql.Identifier("t", name)
+        if kind == "uuid":
+            exprs.append(sql.SQL("md5({} || {})::uuid").format(col, suffix))
+        elif kind == "timestamp with time zone":
+            exprs.append(
+                sql.SQL("{} - make_interval(secs => %(lag)s + ({}) * %(step)s)").format(col, rank)
+            )
+        elif (table, name) in TEXT_KEYS:
+            exprs.append(sql.SQL("{} || {}").format(col, suffix))
+        else:
+            exprs.append(col)
+    return exprs
+
+
 def clone_orders(
     conn: psycopg.Connection[Any], copies: int, *, newest: datetime, span_s: float
 ) -> int:
@@ -78,19 +100,8 @@ def clone_orders(
     params = {"copies": copies, "step": step, "lag": (base_newest - newest).total_seconds()}
     for table in TABLES:
         cols = [c for c in _columns(conn, table) if not c[2]]
-        exprs = []
-        for name, kind, _ in cols:
-            col = sql.Identifier("t", name)
-            if kind == "uuid":
-                exprs.append(sql.SQL("md5({} || '/' || g.n)::uuid").format(col))
-            elif kind == "timestamp with time zone":
-                exprs.append(sql.SQL(
-                    "{} - make_interval(secs => %(lag)s + (%(copies)s - g.n + 1) * %(step)s)"
-                ).format(col))
-            elif (table, name) in TEXT_KEYS:
-                exprs.append(sql.SQL("{} || '/' || g.n").format(col))
-            else:
-                exprs.append(col)
+        exprs = _copy_exprs(table, cols, suffix=sql.SQL("'/' || g.n"),
+                            rank=sql.SQL("%(copies)s - g.n + 1"))
         order = sql.SQL("ORDER BY g.n, t.seq") if table == "outbox" else sql.SQL("")
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {exprs} FROM generate_series(1, %(copies)s)"
@@ -107,15 +118,19 @@ def clone_orders(
 
 
 def sizes(conn: psycopg.Connection[Any]) -> dict[str, dict[str, int]]:
-    """Rows (estimated), table and index bytes, autovacuum/autoanalyze counts per table."""
+    """Rows (estimated), table and index bytes, autovacuum/autoanalyze counts per table (a
+    partitioned one's summed over its partitions: audit_log)."""
     out = {}
     for table in TABLES:
         row = conn.execute(
-            "SELECT c.reltuples::bigint, pg_table_size(c.oid), pg_indexes_size(c.oid),"
-            " s.autovacuum_count, s.autoanalyze_count, s.n_dead_tup"
-            " FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
-            " WHERE c.oid = %s::regclass",
-            (table,),
+            "SELECT sum(greatest(c.reltuples, 0))::bigint, sum(pg_table_size(c.oid))::bigint,"
+            " sum(pg_indexes_size(c.oid))::bigint, sum(coalesce(s.autovacuum_count, 0))::bigint,"
+            " sum(coalesce(s.autoanalyze_count, 0))::bigint, sum(coalesce(s.n_dead_tup, 0))::bigint"
+            " FROM (SELECT %(t)s::regclass AS relid UNION"
+            "       SELECT relid FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf) AS p"
+            " JOIN pg_class c ON c.oid = p.relid"
+            " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid",
+            {"t": table},
         ).fetchone()
         assert row is not None
         out[table] = dict(zip(
@@ -343,19 +358,8 @@ def add_day(
     step = span_s / copies
     for table in TABLES:
         cols = [c for c in _columns(conn, table) if not c[2]]
-        exprs = []
-        for name, kind, _ in cols:
-            col = sql.Identifier("t", name)
-            if kind == "uuid":
-                exprs.append(sql.SQL("md5({} || '/' || %(day)s || '/' || g.n)::uuid").format(col))
-            elif kind == "timestamp with time zone":
-                exprs.append(sql.SQL(
-                    "{} - make_interval(secs => %(lag)s + (%(copies)s - g.n) * %(step)s)"
-                ).format(col))
-            elif (table, name) in TEXT_KEYS:
-                exprs.append(sql.SQL("{} || '/' || %(day)s || '/' || g.n").format(col))
-            else:
-                exprs.append(col)
+        exprs = _copy_exprs(table, cols, suffix=sql.SQL("'/' || %(day)s || '/' || g.n"),
+                            rank=sql.SQL("%(copies)s - g.n"))
         order = sql.SQL("ORDER BY g.n, t.seq") if table == "outbox" else sql.SQL("")
         conn.execute(sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {exprs} FROM generate_series(1, %(copies)s)"

@@ -21,6 +21,17 @@ CREATE TABLE audit_log (
     outcome text NOT NULL,
     step_id uuid,
     details jsonb DEFAULT '{}'::jsonb NOT NULL
+) PARTITION BY RANGE (at);
+
+CREATE TABLE audit_log_default (
+    id bigint NOT NULL,
+    order_id uuid NOT NULL,
+    at timestamp with time zone NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    outcome text NOT NULL,
+    step_id uuid,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL
 );
 
 CREATE TABLE finished_attempts (
@@ -138,8 +149,11 @@ CREATE TABLE workflow_steps (
     latest_error text
 ) WITH (fillfactor=50);
 
+ALTER TABLE audit_log ATTACH PARTITION audit_log_default DEFAULT;
+
 ALTER TABLE api_idempotency ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (placement, user_id, scope, key);
-ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (order_id, id);
+ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (order_id, id, at);
+ALTER TABLE audit_log_default ADD CONSTRAINT audit_log_default_pkey PRIMARY KEY (order_id, id, at);
 ALTER TABLE finished_attempts ADD CONSTRAINT finished_attempts_pkey PRIMARY KEY (order_id, step_id, attempt);
 ALTER TABLE orders ADD CONSTRAINT orders_attention_stamped CHECK (((attention_reason IS NULL) = (attention_since IS NULL)));
 ALTER TABLE orders ADD CONSTRAINT orders_pkey PRIMARY KEY (order_id);
@@ -159,8 +173,10 @@ ALTER TABLE workflow_steps ADD CONSTRAINT workflow_steps_pkey PRIMARY KEY (order
 
 CREATE INDEX api_idempotency_created_brin ON public.api_idempotency USING brin (created_at);
 CREATE UNIQUE INDEX api_idempotency_pkey ON public.api_idempotency USING btree (placement, user_id, scope, key);
-CREATE INDEX audit_log_at_brin ON public.audit_log USING brin (at);
-CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (order_id, id);
+CREATE INDEX audit_log_at_brin ON ONLY public.audit_log USING brin (at);
+CREATE UNIQUE INDEX audit_log_pkey ON ONLY public.audit_log USING btree (order_id, id, at);
+CREATE INDEX audit_log_default_at_idx ON public.audit_log_default USING brin (at);
+CREATE UNIQUE INDEX audit_log_default_pkey ON public.audit_log_default USING btree (order_id, id, at);
 CREATE UNIQUE INDEX finished_attempts_pkey ON public.finished_attempts USING btree (order_id, step_id, attempt);
 CREATE INDEX orders_customer_newest_idx ON public.orders USING btree (customer_id, created_at DESC, order_id DESC);
 CREATE INDEX orders_newest_idx ON public.orders USING btree (created_at DESC, order_id DESC);

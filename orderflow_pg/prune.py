@@ -13,7 +13,11 @@ One pass (`Pruner.run`) works kind by kind, each in bounded batches of their own
    removed (a kept order's transitions are its history and stay with it; a removed order's
    events above the old floor go now);
 3. idempotency keys older than their TTL;
-4. audit entries older than the audit retention whose order is gone.
+4. the audit log, partitioned by month on `at`: the partitions of the current and the coming
+   months are created, and a month entirely older than the audit retention is dropped whole,
+   its entries whose order still exists put back first (into the DEFAULT partition, kept with
+   their order); in the DEFAULT partition, entries older than the retention whose order is gone
+   are deleted in batches.
 
 The SQL is `prune.sql`; time comes from the injected clock.
 """
@@ -28,7 +32,7 @@ import os
 import signal
 import zlib
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -36,7 +40,9 @@ from uuid import UUID
 import attrs
 import orjson
 import psycopg
+import psycopg.errors
 import psycopg.rows
+from psycopg import sql
 
 from orderflow_core.errors import FeedCursorExpired
 from orderflow_core.ports import Clock
@@ -52,6 +58,14 @@ STOP_AFTER_ARCHIVE = "_ORDERFLOW_TEST_STOP_AFTER_ARCHIVE"
 # The pruner's own statement deadline (its batches are bounded; this only stops a runaway).
 PRUNE_STATEMENT_TIMEOUT_S = 60
 FEED_WALK = 10  # feed events read per batch: this many times the batch size
+# The audit log's partitions: the current month's and this many after it exist after a pass
+# (created ahead, so the hot path's entries land in their month, not in the DEFAULT partition).
+AUDIT_MONTHS_AHEAD = 2
+# A partition change may read a whole month (the count of a month to drop) ...
+PARTITION_STATEMENT_TIMEOUT_S = 900
+# ... but waits this long at most for its lock on `audit_log` (writers queue behind a waiting
+# DDL lock: a pass that cannot have it at once leaves the month to the next pass).
+PARTITION_LOCK_TIMEOUT_S = 0.5
 EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 NO_ORDER = UUID(int=0)
 
@@ -100,6 +114,9 @@ class PruneReport:
     feed_events: int = 0
     idempotency_keys: int = 0
     audit_entries: int = 0
+    audit_months_created: int = 0
+    audit_months_dropped: int = 0
+    audit_months_busy: int = 0
     batches: int = 0
     archive: Path | None = None
 
@@ -120,6 +137,15 @@ class PruneReport:
         """One line per kind, then where the archive went."""
         verb = "would remove" if self.dry_run else "removed"
         out = [f"{verb} {n} {kind}" for kind, n in self.kinds().items()]
+        if self.audit_months_dropped:
+            out.append(
+                f"{'would drop' if self.dry_run else 'dropped'} {self.audit_months_dropped}"
+                " audit_log months"
+            )
+        if self.audit_months_created:
+            out.append(f"created {self.audit_months_created} audit_log months")
+        if self.audit_months_busy:
+            out.append(f"left {self.audit_months_busy} audit_log months to the next pass (busy)")
         if self.archive is not None:
             out.append(f"archived {self.orders} orders to {self.archive}")
         elif not self.dry_run:
@@ -212,21 +238,56 @@ class Pruner:
 Conn = psycopg.AsyncConnection[Any]
 
 
-async def _all(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
+Parts = dict[str, sql.Composable]
+
+
+def _statement(name: str, parts: Parts | None) -> sql.SQL | sql.Composed:
+    """A named statement; with `parts`, its `{name}` places filled with identifiers and
+    literals (DDL takes no bound parameters)."""
+    statement = sql.SQL(_queries()[name])
+    return statement.format(**parts) if parts else statement
+
+
+async def _all(
+    conn: Conn, name: str, params: dict[str, Any], parts: Parts | None = None
+) -> list[Row]:
     async with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        await cur.execute(_queries()[name], params)
+        await cur.execute(_statement(name, parts), params)
         return await cur.fetchall()
 
 
-async def _one(conn: Conn, name: str, params: dict[str, Any]) -> Row:
-    [row] = await _all(conn, name, params)
+async def _one(conn: Conn, name: str, params: dict[str, Any], parts: Parts | None = None) -> Row:
+    [row] = await _all(conn, name, params, parts)
     return row
 
 
-async def _run(conn: Conn, name: str, params: dict[str, Any]) -> int:
+async def _run(conn: Conn, name: str, params: dict[str, Any], parts: Parts | None = None) -> int:
     async with conn.cursor() as cur:
-        await cur.execute(_queries()[name], params)
+        await cur.execute(_statement(name, parts), params)
         return cur.rowcount
+
+
+def month_start(at: datetime) -> datetime:
+    """The first instant of `at`'s month, UTC."""
+    at = at.astimezone(UTC)
+    return datetime(at.year, at.month, 1, tzinfo=UTC)
+
+
+def add_months(month: datetime, n: int) -> datetime:
+    """The first instant of the month `n` months after `month` (a month's start)."""
+    index = month.year * 12 + month.month - 1 + n
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def month_partition(month: datetime) -> str:
+    """The name of a month's audit partition: audit_log_YYYYMM."""
+    return f"audit_log_{month:%Y%m}"
+
+
+def partition_month(name: str) -> datetime:
+    """The month an audit partition's name stands for."""
+    digits = name.removeprefix("audit_log_")
+    return datetime(int(digits[:4]), int(digits[4:]), 1, tzinfo=UTC)
 
 
 @attrs.define
@@ -340,12 +401,77 @@ class _Pass:
 
     async def audit(self) -> None:
         cutoff = self.cutoff(self.policy.audit_s)
+        months = {partition_month(r["name"]) for r in await _all(self.conn, "audit_months", {})}
+        if not self.dry_run:
+            await self.audit_months_ahead(months)
+        for month in sorted(months):
+            if add_months(month, 1) <= cutoff:
+                await self.audit_month_drop(month)
         if self.dry_run:
-            self.report.audit_entries = (await _one(self.conn, "audit_count", {"cutoff": cutoff}))[
-                "n"
-            ]
+            found = await _one(self.conn, "audit_count", {"cutoff": cutoff})
+            self.report.audit_entries += found["n"]
             return
-        self.report.audit_entries = await self._batches("audit_prune", cutoff)
+        self.report.audit_entries += await self._batches("audit_prune", cutoff)
+
+    async def _partition_change(self) -> None:
+        timeouts = {
+            "statement_ms": str(PARTITION_STATEMENT_TIMEOUT_S * 1000),
+            "lock_ms": str(int(PARTITION_LOCK_TIMEOUT_S * 1000)),
+        }
+        await _one(self.conn, "partition_timeouts", timeouts)
+
+    async def audit_months_ahead(self, months: set[datetime]) -> None:
+        """The current month's partition and the next AUDIT_MONTHS_AHEAD', those missing; a
+        month's entries already in the DEFAULT partition are moved into its own."""
+        first = month_start(self.now)
+        for month in (add_months(first, n) for n in range(AUDIT_MONTHS_AHEAD + 1)):
+            if month in months:
+                continue
+            bounds = {"lo": month, "hi": add_months(month, 1)}
+            parts: Parts = {
+                "month": sql.Identifier(month_partition(month)),
+                "lo": sql.Literal(bounds["lo"]),
+                "hi": sql.Literal(bounds["hi"]),
+            }
+            try:
+                async with self.conn.transaction():
+                    await self._partition_change()
+                    moved = bool(await _all(self.conn, "audit_default_has", bounds))
+                    if moved:
+                        await _run(self.conn, "audit_stash", {})
+                        await _run(self.conn, "audit_stash_default", bounds)
+                    await _run(self.conn, "audit_month_create", {}, parts)
+                    if moved:
+                        await _run(self.conn, "audit_unstash", {})
+            except psycopg.errors.LockNotAvailable:
+                self.report.audit_months_busy += 1
+                continue
+            self.report.audit_months_created += 1
+
+    async def audit_month_drop(self, month: datetime) -> None:
+        """Drop a month past the audit retention: its entries whose order still exists are
+        stashed, the month detached, the stash put back through the parent (into the DEFAULT
+        partition), and the month dropped, in one transaction: a reader sees the month whole or
+        only its kept entries."""
+        parts: Parts = {"month": sql.Identifier(month_partition(month))}
+        params = {"hi": add_months(month, 1)}
+        try:
+            async with self.conn.transaction(force_rollback=self.dry_run):
+                await self._partition_change()
+                total = (await _one(self.conn, "audit_month_size", {}, parts))["n"]
+                if self.dry_run:
+                    kept = (await _one(self.conn, "audit_month_kept", params, parts))["n"]
+                else:
+                    await _run(self.conn, "audit_stash", {})
+                    kept = await _run(self.conn, "audit_stash_kept", params, parts)
+                    await _run(self.conn, "audit_month_detach", {}, parts)
+                    await _run(self.conn, "audit_unstash", {})
+                    await _run(self.conn, "audit_month_drop", {}, parts)
+        except psycopg.errors.LockNotAvailable:
+            self.report.audit_months_busy += 1
+            return
+        self.report.audit_entries += total - kept
+        self.report.audit_months_dropped += 1
 
     async def _batches(self, name: str, cutoff: datetime) -> int:
         limit = self.policy.batch * FEED_WALK

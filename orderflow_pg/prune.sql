@@ -126,26 +126,98 @@ SELECT
 DELETE FROM orders WHERE order_id = ANY(%(order_ids)s::uuid[])
 
 -- idempotency_prune --
--- Forget a batch of idempotency keys recorded before the cutoff (BRIN on created_at)
-DELETE FROM api_idempotency
-WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM api_idempotency WHERE created_at < %(cutoff)s LIMIT %(limit)s))
+-- Forget a batch of idempotency keys recorded before the cutoff (BRIN on created_at), by their
+-- key (a row's ctid names it in one table only: on Citus each shard has its own)
+DELETE FROM api_idempotency AS i
+WHERE i.created_at < %(cutoff)s
+  AND (i.placement, i.user_id, i.scope, i.key) IN (
+      SELECT placement, user_id, scope, key FROM api_idempotency
+      WHERE created_at < %(cutoff)s LIMIT %(limit)s)
 
 -- idempotency_count --
 -- Dry run: how many idempotency keys are older than the cutoff
 SELECT count(*) AS n FROM api_idempotency WHERE created_at < %(cutoff)s
 
 -- audit_prune --
--- Remove a batch of audit entries written before the cutoff whose order is gone (a kept order,
--- however old, keeps its whole audit log)
-DELETE FROM audit_log
-WHERE ctid = ANY(ARRAY(
-    SELECT a.ctid FROM audit_log AS a
-    WHERE a.at < %(cutoff)s
-      AND NOT EXISTS (SELECT FROM orders AS o WHERE o.order_id = a.order_id)
-    LIMIT %(limit)s))
+-- Remove a batch of audit entries of the DEFAULT partition written before the cutoff whose
+-- order is gone (a kept order, however old, keeps its whole audit log). The months' partitions
+-- are dropped whole instead (`audit_month_*`).
+DELETE FROM audit_log_default AS a
+WHERE a.at < %(cutoff)s
+  AND (a.order_id, a.id) IN (
+      SELECT d.order_id, d.id FROM audit_log_default AS d
+      WHERE d.at < %(cutoff)s
+        AND NOT EXISTS (SELECT FROM orders AS o WHERE o.order_id = d.order_id)
+      LIMIT %(limit)s)
 
 -- audit_count --
--- Dry run: how many audit entries the audit prune would remove
-SELECT count(*) AS n FROM audit_log AS a
+-- Dry run: how many audit entries of the DEFAULT partition the audit prune would remove
+SELECT count(*) AS n FROM audit_log_default AS a
 WHERE a.at < %(cutoff)s AND NOT EXISTS (SELECT FROM orders AS o WHERE o.order_id = a.order_id)
+
+-- audit_months --
+-- The audit log's monthly partitions (audit_log_YYYYMM, UTC months), by name
+SELECT c.relname AS name
+FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'audit_log'::regclass AND c.relname ~ '^audit_log_[0-9]{6}$'
+ORDER BY c.relname
+
+-- audit_default_has --
+-- Whether the DEFAULT partition holds entries of a month (written before its partition existed)
+-- (a row or none: on Citus, EXISTS over a distributed table is not planned in a target list)
+SELECT 1 AS found FROM audit_log_default WHERE at >= %(lo)s AND at < %(hi)s LIMIT 1
+
+-- audit_month_create --
+-- A month's partition (composed: the name and bounds are identifiers and literals)
+CREATE TABLE {month} PARTITION OF audit_log FOR VALUES FROM ({lo}) TO ({hi})
+
+-- audit_stash --
+-- A transaction's scratch table for entries taken out of one partition and put back through
+-- the parent once the partitions changed
+CREATE TEMP TABLE audit_stash (LIKE audit_log) ON COMMIT DROP
+
+-- audit_stash_default --
+-- Take a month's entries out of the DEFAULT partition before its own partition is created
+WITH moved AS (
+    DELETE FROM audit_log_default WHERE at >= %(lo)s AND at < %(hi)s RETURNING *
+)
+INSERT INTO audit_stash SELECT * FROM moved
+
+-- audit_stash_kept --
+-- The entries of a month to drop whose order still exists. An order's entries are written at
+-- or after its creation, so only orders created before the month's end (a day's margin for
+-- clocks apart) are looked up, through orders_newest_idx, each by the key of the month
+INSERT INTO audit_stash
+SELECT a.* FROM orders AS o JOIN {month} AS a ON a.order_id = o.order_id
+WHERE o.created_at < %(hi)s::timestamptz + interval '1 day'
+
+-- audit_unstash --
+-- Put the stashed entries back through the parent, with their ids: each lands in the
+-- partition that now covers its time (DEFAULT for a dropped month's)
+INSERT INTO audit_log (id, order_id, at, actor, action, outcome, step_id, details)
+OVERRIDING SYSTEM VALUE
+SELECT id, order_id, at, actor, action, outcome, step_id, details FROM audit_stash
+
+-- audit_month_size --
+-- How many entries a month's partition holds (read once, before it is dropped)
+SELECT count(*) AS n FROM {month}
+
+-- audit_month_kept --
+-- Dry run: how many entries of a month to drop would be kept (their order exists)
+SELECT count(*) AS n FROM orders AS o JOIN {month} AS a ON a.order_id = o.order_id
+WHERE o.created_at < %(hi)s::timestamptz + interval '1 day'
+
+-- audit_month_detach --
+-- Detach a month from the audit log (a short ACCESS EXCLUSIVE lock on the parent, waited for
+-- at most the transaction's lock_timeout)
+ALTER TABLE audit_log DETACH PARTITION {month}
+
+-- audit_month_drop --
+-- The detached month's files, returned at once
+DROP TABLE {month}
+
+-- partition_timeouts --
+-- A partition change: its statements may read a whole month; its locks are waited for briefly
+-- (a pass that cannot have them leaves the month to the next pass)
+SELECT set_config('statement_timeout', %(statement_ms)s, true),
+       set_config('lock_timeout', %(lock_ms)s, true)

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from builders import T0, at
 from psycopg.rows import dict_row
 
+from orderflow.config import DAY_S
 from orderflow_core import ids
 from orderflow_core.model import (
     ApiIdempotency,
@@ -28,6 +30,7 @@ from orderflow_core.model import (
     Refund,
     Step,
 )
+from orderflow_core.testing.clock import FakeClock
 from orderflow_pg import (
     MigrationChecksumMismatch,
     PgOrderStore,
@@ -35,6 +38,7 @@ from orderflow_pg import (
     migration_files,
     run_migrate,
 )
+from orderflow_pg.prune import Policy, Pruner
 from orderflow_pg.queries import CITUS_ONLY, queries
 
 pytestmark = pytest.mark.postgres
@@ -77,9 +81,10 @@ EXPECTED_COLUMNS = {
 def _columns(url: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
+        rows = conn.execute(  # a partition's columns are its table's (audit_log, 0041)
             "SELECT table_name, column_name FROM information_schema.columns"
-            " WHERE table_schema = 'public'"
+            " WHERE table_schema = 'public' AND NOT EXISTS ("
+            "   SELECT FROM pg_inherits WHERE inhrelid = format('%I', table_name)::regclass)"
         ).fetchall()
     for table, column in rows:
         found.setdefault(table, set()).add(column)
@@ -519,3 +524,80 @@ def test_0027_keys_every_order_scoped_table_by_its_order_and_places_old_idempote
 async def _find(url: str, user: str, scope: str, key: str) -> ApiIdempotency | None:
     async with PgOrderStore.open(url) as store:
         return await store.find_idempotency(user, scope, key)
+
+
+OLD_AUDIT = (
+    """
+INSERT INTO audit_log (order_id, at, actor, action, outcome, details)
+VALUES (%(order)s, %(t0)s, 'api', 'create', 'accepted', '{"n": 1}'),
+       (%(order)s, %(t1)s, 'worker', 'ship', 'shipped', '{}'),
+       (%(other)s, %(t2)s, 'api', 'create', 'accepted', '{}')
+""",
+)
+AUDIT_ROWS = (
+    "SELECT id, tableoid::regclass::text, order_id, at, actor, action, outcome, details"
+    " FROM audit_log ORDER BY id"
+)
+
+
+def test_0041_partitions_the_audit_log_by_month_keeping_every_entry_and_its_numbering(
+    fresh_database_url: str, tmp_path: Path
+) -> None:
+    params = {
+        "order": uuid.uuid4(),
+        "other": uuid.uuid4(),
+        "t0": T0,  # 2026-01-01 12:00 UTC
+        "t1": datetime(2026, 1, 31, 23, 59, 59, tzinfo=UTC),
+        "t2": datetime(2026, 3, 1, tzinfo=UTC),  # February has none: no partition for it
+    }
+    _old_database(fresh_database_url, 41, OLD_AUDIT, params)
+    with psycopg.connect(fresh_database_url, autocommit=True) as conn:
+        before, after = _across(conn, 41, AUDIT_ROWS)
+        kind = conn.execute("SELECT relkind FROM pg_class WHERE oid = 'audit_log'::regclass")
+        assert kind.fetchone() == ("p",)
+        key = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'audit_log_pkey'"
+        ).fetchone()
+        assert key == ("PRIMARY KEY (order_id, id, at)",)
+        new = conn.execute(
+            "INSERT INTO audit_log (order_id, at, actor, action, outcome)"
+            " VALUES (%(order)s, %(t0)s, 'api', 'cancel', 'accepted') RETURNING id",
+            params,
+        ).fetchone()
+    assert [row[:1] + row[2:] for row in after] == [row[:1] + row[2:] for row in before]
+    assert [row[1] for row in before] == ["audit_log"] * 3
+    assert [row[1] for row in after] == ["audit_log_202601", "audit_log_202601", "audit_log_202603"]
+    assert new is not None
+    assert new[0] == before[-1][0] + 1  # numbering goes on where it stopped
+    entries = asyncio.run(_audit(fresh_database_url, params["order"]))
+    assert [(e.action, e.at) for e in entries] == [
+        ("create", T0),
+        ("ship", params["t1"]),
+        ("cancel", T0),
+    ]
+    # The pruner works on it as on a fresh one: January (orders gone) dropped, March kept
+    policy = Policy(orders_s=90 * DAY_S, feed_s=7 * DAY_S, idempotency_s=DAY_S, audit_s=400 * DAY_S)
+    clock = FakeClock(datetime(2027, 3, 10, tzinfo=UTC))
+    report = asyncio.run(Pruner(fresh_database_url, clock, policy, tmp_path).run())
+    assert report is not None
+    assert (report.audit_months_dropped, report.audit_entries) == (1, 3)
+    assert report.audit_months_created == 3
+    with psycopg.connect(fresh_database_url) as conn:
+        left = conn.execute(AUDIT_ROWS).fetchall()
+        months = conn.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'audit_log'::regclass ORDER BY 1"
+        ).fetchall()
+    assert left == [after[2]]
+    assert [m[0] for m in months] == [
+        "audit_log_202603",
+        "audit_log_202703",
+        "audit_log_202704",
+        "audit_log_202705",
+        "audit_log_default",
+    ]
+
+
+async def _audit(url: str, order_id: uuid.UUID) -> list[AuditEntry]:
+    async with PgOrderStore.open(url) as store:
+        return await store.audit_entries(order_id)

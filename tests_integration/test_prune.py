@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -118,6 +118,99 @@ def test_a_dry_run_counts_what_would_go_and_a_pass_removes_it_in_batches_per_kin
     assert late is not None
     assert late.audit_entries == before["audit_log"]
     assert counts(pg_url)["audit_log"] == 0
+
+
+def audit_partitions(url: str) -> list[str]:
+    """The audit log's partitions by name (months and DEFAULT)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'audit_log'::regclass ORDER BY 1"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def audit_rows(url: str) -> dict[int, tuple[Any, ...]]:
+    """Every audit entry by id: its partition, order and content."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT id, tableoid::regclass::text, order_id, at, actor, action, outcome, details"
+            " FROM audit_log"
+        ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_a_month_past_the_audit_retention_is_dropped_whole_keeping_the_entries_of_kept_orders(
+    pg_store: PgOrderStore, pg_url: str, run: Run, tmp_path: Path
+) -> None:
+    world = make_world(pg_store)
+    clock: FakeClock = world.clock  # 2026-01-01
+    assert audit_partitions(pg_url) == ["audit_log_default"]  # a fresh database: no month yet
+    finished = shipped_orders(world, run, 3)
+    with live(world, run=run) as api:
+        world.sim.script("shipping", "ship", ["permanent"])
+        waiting = api.create(key="waits").body["order_id"]
+        api.drive()
+        assert api("GET", f"/api/v1/orders/{waiting}").body["needs_attention"] is True
+        unfinished = api.create(key="open").body["order_id"]  # created; nothing run
+    kept = {waiting, unfinished}
+    written = audit_rows(pg_url)
+    assert {row[0] for row in written.values()} == {"audit_log_default"}  # before any pass
+    assert {str(row[1]) for row in written.values()} == set(finished) | kept
+
+    pruner = Pruner(pg_url, clock, DEFAULT, tmp_path)
+    first = run(pruner.run())
+    assert first is not None
+    assert first.audit_months_created == 3
+    # This month and the next two; this month's entries moved out of DEFAULT into it
+    assert audit_partitions(pg_url) == [
+        "audit_log_202601",
+        "audit_log_202602",
+        "audit_log_202603",
+        "audit_log_default",
+    ]
+    moved = audit_rows(pg_url)
+    assert moved == {i: ("audit_log_202601", *row[1:]) for i, row in written.items()}
+
+    # January 2026 is entirely past the audit's 400 days once its end is: from 2027-03-08
+    clock.advance((datetime(2027, 3, 7, tzinfo=UTC) - clock.now()).total_seconds())
+    assert run(pruner.run()) is not None  # the finished orders go (archived)
+    assert "audit_log_202601" in audit_partitions(pg_url)  # its last day not yet past
+    clock.advance(2 * DAY_S)  # 2027-03-09
+    dry = run(pruner.run(dry_run=True))
+    assert dry is not None
+    removable = sum(1 for row in written.values() if str(row[1]) not in kept)
+    assert (dry.audit_months_dropped, dry.audit_entries) == (1, removable)
+    assert "audit_log_202601" in audit_partitions(pg_url)  # a dry run changes nothing
+
+    report = run(pruner.run())
+    assert report is not None
+    assert (report.audit_months_dropped, report.audit_entries) == (1, removable)
+    assert "dropped 1 audit_log months" in report.lines()
+    partitions = audit_partitions(pg_url)
+    assert "audit_log_202601" not in partitions
+    assert {"audit_log_202703", "audit_log_202704", "audit_log_202705"} <= set(partitions)
+    with psycopg.connect(pg_url) as conn:
+        table = conn.execute("SELECT to_regclass('audit_log_202601')").fetchone()
+    assert table == (None,)  # the month's table is gone, not only detached
+    left = audit_rows(pg_url)
+    # The kept orders' entries are back, whole and with their ids, in DEFAULT
+    assert left == {
+        i: ("audit_log_default", *row[1:]) for i, row in written.items() if str(row[1]) in kept
+    }
+    assert any(str(row[1]) == waiting for row in left.values())
+    assert any(str(row[1]) == unfinished for row in left.values())
+    entries = run(pg_store.audit_entries(UUID(waiting)))
+    assert [e.action for e in entries] == [
+        row[4] for _, row in sorted(written.items()) if str(row[1]) == waiting
+    ]
+
+    again = run(pruner.run())  # a second pass: nothing left to do
+    assert again is not None
+    assert again.kinds() == dict.fromkeys(again.kinds(), 0)
+    assert (again.audit_months_created, again.audit_months_dropped) == (0, 0)
+    assert audit_partitions(pg_url) == partitions
+    assert audit_rows(pg_url) == left
 
 
 def attrs_batch(policy: Policy, batch: int) -> Policy:

@@ -31,7 +31,9 @@ REFRESH_COMMAND = (
 # Catalogue queries of the public schema, each in a fixed order.
 COLUMNS_SQL = """
 SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-       pg_get_expr(d.adbin, d.adrelid), a.attidentity, a.attgenerated
+       pg_get_expr(d.adbin, d.adrelid),
+       -- a partition's identity is its parent's (PostgreSQL 17 and later show it on both)
+       CASE WHEN c.relispartition THEN '' ELSE a.attidentity::text END, a.attgenerated
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -43,6 +45,20 @@ TABLE_OPTIONS_SQL = """
 SELECT c.relname, array_to_string(c.reloptions, ', ')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.reloptions IS NOT NULL
+"""
+PARTITIONING_SQL = """
+SELECT c.relname, pg_get_partkeydef(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind = 'p'
+"""
+PARTITIONS_SQL = """
+SELECT p.relname, c.relname, pg_get_expr(c.relpartbound, c.oid)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_inherits i ON i.inhrelid = c.oid
+JOIN pg_class p ON p.oid = i.inhparent
+WHERE n.nspname = 'public' AND c.relispartition AND c.relkind IN ('r', 'p')
+ORDER BY p.relname, c.relname
 """
 CONSTRAINTS_SQL = """
 SELECT c.relname, k.conname, pg_get_constraintdef(k.oid)
@@ -108,6 +124,8 @@ def render_schema(url: str) -> str:
         for table, *column in conn.execute(COLUMNS_SQL).fetchall():
             tables.setdefault(table, []).append(_column(*column))
         options = {t: f" WITH ({o})" for t, o in conn.execute(TABLE_OPTIONS_SQL).fetchall()}
+        for table, key in conn.execute(PARTITIONING_SQL).fetchall():
+            options[table] = options.get(table, "") + f" PARTITION BY {key}"
         for table, columns in tables.items():
             out += [
                 "",
@@ -115,6 +133,9 @@ def render_schema(url: str) -> str:
                 ",\n".join(columns),
                 f"){options.get(table, '')};",
             ]
+        out.append("")
+        for parent, table, bound in conn.execute(PARTITIONS_SQL).fetchall():
+            out.append(f"ALTER TABLE {parent} ATTACH PARTITION {table} {bound};")
         out.append("")
         for table, name, definition in conn.execute(CONSTRAINTS_SQL).fetchall():
             out.append(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition};")
