@@ -2,7 +2,8 @@
 writer.
 
 Each caller hands in one order's `update` (order id and decision) and waits for its own value.
-One writer task sends what is queued to `OrderStore.update_many`: when the writer is idle, a
+One writer task sends what is queued to the store, as one `update_many` when the store offers
+that (`GroupCommits`), else one `update` after the other: when the writer is idle, a
 change goes out at once (no sleep, so latency at low load does not grow); what queues up while
 a commit runs goes together in the next one. A caller's value arrives only after the store call
 that carried its change returned, so what it decided is durable before the caller goes on
@@ -21,7 +22,7 @@ from orderflow_core import deadlines
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import Change, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, Observer
-from orderflow_core.ports import UnitOfWork
+from orderflow_core.ports import GroupCommits, UnitOfWork
 
 T = TypeVar("T")
 
@@ -37,6 +38,7 @@ class CommitQueue:
         self, store: UnitOfWork, *, max_batch: int = 64, observer: Observer = NULL_OBSERVER
     ) -> None:
         self._store = store
+        self._batched = store if isinstance(store, GroupCommits) else None
         self._max_batch = max_batch
         self._observer = observer
         self._queued: list[tuple[UUID, Decide, asyncio.Future[Any]]] = []
@@ -81,7 +83,11 @@ class CommitQueue:
         self.largest_batch = max(self.largest_batch, len(batch))
         self._observer.commit_batch(len(batch))
         try:
-            results = await self._store.update_many([(o, d) for o, d, _ in batch])
+            updates = [(o, d) for o, d, _ in batch]
+            if self._batched is not None:
+                results = await self._batched.update_many(updates)
+            else:
+                results = await update_each(self._store, updates)
         except asyncio.CancelledError:
             for _, _, future in batch:
                 future.cancel()
@@ -100,6 +106,22 @@ class CommitQueue:
                 _settle(future, exception=result)
             else:
                 _settle(future, value=result)
+
+
+async def update_each(
+    store: UnitOfWork, updates: list[tuple[UUID, Decide]]
+) -> list[Any | Exception]:
+    """The updates one after the other through the contract alone: each order's exception is
+    its own; a store error (`StoreUnavailable`) ends the batch, as `update_many` raises it."""
+    results: list[Any | Exception] = []
+    for order_id, decide in updates:
+        try:
+            results.append(await store.update(order_id, decide))
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # this order's alone
+            results.append(exc)
+    return results
 
 
 def _settle(

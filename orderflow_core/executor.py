@@ -20,7 +20,7 @@ from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
-from orderflow_core.ports import Clock, Services, UnitOfWork
+from orderflow_core.ports import ClaimsWithStarts, Clock, Services, UnitOfWork
 from orderflow_core.steps.definition import CallPlan
 from orderflow_core.steps.registry import perform
 
@@ -78,6 +78,8 @@ class Executor:
         observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
+        # Claims and their starts in one store call, when the store offers it.
+        self._batched = store if isinstance(store, ClaimsWithStarts) else None
         # Results and the intents they chain commit through one writer, grouped (group commit).
         self.commits = CommitQueue(store, observer=observer)
         self.services = services
@@ -148,22 +150,31 @@ class Executor:
         self, limit: int | None = None
     ) -> tuple[int, list[tuple[Claim, CallPlan]]]:
         """Lease up to `limit` (default: the free slots) due steps and commit the intents they
-        start in the same store call (`UnitOfWork.claim_and_start`: one transaction on
-        PostgreSQL, so a claim never stands without its intent); how many were claimed, and
-        those that have a call to make, with their plans."""
+        start: in the same store call when the store offers it
+        (`ClaimsWithStarts.claim_and_start`: one transaction on PostgreSQL, so a claim never
+        stands without its intent), else the claim and then each start; how many were
+        claimed, and those that have a call to make, with their plans."""
         wanted = self._wanted(limit)
         if wanted <= 0:
             return 0, []
         return await self._claim_started(wanted)
 
     async def _claim_started(self, wanted: int) -> tuple[int, list[tuple[Claim, CallPlan]]]:
-        results = await self.store.claim_and_start(
-            owner=self.worker_id,
-            now=self.clock.now(),
-            limit=wanted,
-            lease_s=self.timing.lease_s,
-            start=self._decide_start,
-        )
+        now = self.clock.now()
+        results: Sequence[tuple[Claim, _Started | BaseException]]
+        if self._batched is not None:
+            results = await self._batched.claim_and_start(
+                owner=self.worker_id,
+                now=now,
+                limit=wanted,
+                lease_s=self.timing.lease_s,
+                start=self._decide_start,
+            )
+        else:  # the contract alone: the claim, then its starts through the writer
+            claims = await self.store.claim_due(
+                owner=self.worker_id, now=now, limit=wanted, lease_s=self.timing.lease_s
+            )
+            results = await self._decide_starts(claims)
         self.observer.claimed(len(results))
         return len(results), self._started(results)
 
@@ -184,6 +195,11 @@ class Executor:
         """Record the intents of a claim batch (`decide_start`) through the executor's one
         writer, so they share group commits with the results under way; the claims that have
         a call to make, with their plans. What failed is left to lease expiry."""
+        return self._started(await self._decide_starts(claims))
+
+    async def _decide_starts(
+        self, claims: list[Claim]
+    ) -> list[tuple[Claim, _Started | BaseException]]:
         if not claims:
             return []
         results = await asyncio.gather(
@@ -193,7 +209,7 @@ class Executor:
             ),
             return_exceptions=True,
         )
-        return self._started(list(zip(claims, results, strict=True)))
+        return list(zip(claims, results, strict=True))
 
     def _started(
         self, results: Sequence[tuple[Claim, _Started | BaseException]]

@@ -27,7 +27,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
-from orderflow_core.ports import OrderCount, claim_then_start
+from orderflow_core.ports import OrderCount
 from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
@@ -242,9 +242,11 @@ class PgOrderStore(PgWriteEngine):
                 type(exc).__name__,
                 exc,
             )
-        return await claim_then_start(
-            self, owner=owner, now=now, limit=limit, lease_s=lease_s, start=start
+        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        started = await self.update_many(
+            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
         )
+        return list(zip(claims, started, strict=True))
 
     async def _claimed_and_started(
         self, params: dict[str, Any], start: Callable[[Claim, OrderAggregate], tuple[Change, T]]

@@ -18,15 +18,16 @@ from orderflow_core.outcomes import Outcome
 from orderflow_core.ports import CallContext
 from orderflow_core.service import OrderService
 from orderflow_core.states import Role, StepStatus
-from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
+from orderflow_core.testing import FakeClock, InMemoryUsers
 from orderflow_mocks.sim_adapters import SimulatedWarehouse, simulated_services
 from orderflow_mocks.simulation import Simulator
+from tests_core.batching import BatchingMemoryStore
 
 CUSTOMER = Principal("customer-1", Role.CUSTOMER)
 NO_POLL = 3600.0  # only wake-ups and backlogs may cause a claim in these tests
 
 
-class CountingStore(InMemoryOrderStore):
+class CountingStore(BatchingMemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.claims: list[int] = []  # how many steps each claim returned

@@ -13,7 +13,9 @@ from uuid import UUID
 from orderflow_core import StepKind
 from orderflow_core.executor import Executor
 from orderflow_core.model import Change, Claim, OrderAggregate
+from orderflow_core.ports import ClaimsWithStarts, GroupCommits
 from orderflow_core.testing import InMemoryOrderStore
+from tests_core.batching import BatchingMemoryStore
 from tests_core.test_observer import Recording
 from tests_core.world import World
 
@@ -129,3 +131,40 @@ def test_a_start_decided_twice_leaves_the_executor_as_it_was() -> None:
         assert first[1].plan is not None
     finally:
         world.close()
+
+
+def test_a_store_of_the_contract_alone_runs_orders_and_a_batching_one_is_used_as_such() -> None:
+    """The in-memory store offers the `UnitOfWork` alone: the executor claims, then writes each
+    start and each result with `update`. A store that offers the batched writes gets its
+    claims and starts as one `claim_and_start`, its results as `update_many`."""
+    plain = InMemoryOrderStore()
+    assert not isinstance(plain, GroupCommits)
+    assert not isinstance(plain, ClaimsWithStarts)
+    batching = _CountingBatches()
+    assert isinstance(batching, GroupCommits)
+    assert isinstance(batching, ClaimsWithStarts)
+    for store in (plain, batching):
+        world = World(executors=2, store=store, process_version=1)
+        try:
+            orders = [world.create() for _ in range(3)]
+            world.settle()
+            assert {world.state(o).value for o in orders} == {"shipped"}
+        finally:
+            world.close()
+    assert batching.claims_with_starts > 0
+    assert batching.group_commits > 0
+
+
+class _CountingBatches(BatchingMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims_with_starts = 0
+        self.group_commits = 0
+
+    async def update_many(self, updates: Any) -> Any:
+        self.group_commits += 1
+        return await super().update_many(updates)
+
+    async def claim_and_start(self, **kwargs: Any) -> Any:
+        self.claims_with_starts += 1
+        return await super().claim_and_start(**kwargs)
