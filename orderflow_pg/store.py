@@ -48,6 +48,7 @@ from orderflow_pg.write_engine import (
     _idempotency_key,
     _rounds,
 )
+from orderflow_pg.writes import insert_new_order
 
 T = TypeVar("T")
 
@@ -80,11 +81,13 @@ class PgOrderStore(PgWriteEngine):
         statement_timeout_s: float = 3.0,
         connect_timeout_s: float = 10.0,
         transaction_pooler: bool = False,
+        optimisations: bool = True,
     ) -> AsyncIterator[PgOrderStore]:
         """A store on a fresh pool; size it for the executor's concurrency plus the API.
 
         Opening waits up to `connect_timeout_s` for `min_size` connections, then raises
-        `StoreUnavailable`.
+        `StoreUnavailable`. Without `optimisations`, a `PlainPgOrderStore`: the contract alone
+        (no create batcher, no group commit, no claim with its starts, no kept copies).
         """
         async with Database.open(
             url,
@@ -94,7 +97,7 @@ class PgOrderStore(PgWriteEngine):
             connect_timeout_s=connect_timeout_s,
             transaction_pooler=transaction_pooler,
         ) as database:
-            store = cls(database)
+            store = cls(database) if optimisations else PlainPgOrderStore(database)
             store.distributed = await store._distributed()
             yield store
 
@@ -430,3 +433,27 @@ def _claimed(found: Sequence[rows.Row]) -> tuple[list[Claim], dict[UUID, Kept]]:
     claims = [rows.claim_from_row(r) for r in found]
     read = claimed_aggregates(found, claims)
     return claims, {order_id: (version, agg) for order_id, (agg, version) in read.items()}
+
+
+class PlainPgOrderStore(PgOrderStore):
+    """`PgOrderStore` without its optimisations (`ORDERFLOW_STORE_OPTIMISATIONS=0`): the
+    `UnitOfWork` contract alone, each unit of work its own transaction. Every create is its own
+    statement (no create batcher); it offers neither `GroupCommits` nor `ClaimsWithStarts`, so
+    the executor writes each start and result with `update`; and it keeps no copy of an order,
+    so every change is decided on a locking read. For comparing, and for a fault that one of
+    the optimisations might hide: the behaviour suite runs both ways."""
+
+    # A capability set to None is one the store does not offer (`isinstance` on the protocols).
+    update_many = None  # type: ignore[assignment]
+    claim_and_start = None  # type: ignore[assignment]
+
+    async def create(self, change: Change) -> None:
+        """Insert a new order and its first steps in a statement of its own."""
+        if change.order is None:
+            raise ValueError("create needs an order")
+        async with self._db.connection("create") as conn:
+            await insert_new_order(conn, change, one_order=self.distributed)
+
+    def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
+        """No kept copies."""
+        del order_id, version, aggregate

@@ -29,7 +29,13 @@ from orderflow_core.commits import update_each
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import Change, Claim, Order, OrderAggregate, OutboxEvent, Refund
-from orderflow_core.ports import GroupCommits, OrderReads, OrderStore, UnitOfWork
+from orderflow_core.ports import (
+    ClaimsWithStarts,
+    GroupCommits,
+    OrderReads,
+    OrderStore,
+    UnitOfWork,
+)
 from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 from orderflow_core.steps.definition import CallPlan
@@ -40,15 +46,16 @@ from orderflow_core.testing import InMemoryOrderStore
     params=[
         "memory",
         pytest.param("postgres", marks=pytest.mark.postgres),
+        # The same store without its optimisations, so the plain path stays tested.
+        pytest.param("postgres-plain", marks=pytest.mark.postgres),
         pytest.param("citus", marks=pytest.mark.citus),
     ]
 )
 def store(request: pytest.FixtureRequest) -> OrderStore:
     if request.param == "memory":
         return InMemoryOrderStore()
-    pg_store: OrderStore = request.getfixturevalue(
-        "citus_store" if request.param == "citus" else "pg_store"
-    )
+    fixture = {"citus": "citus_store", "postgres-plain": "pg_plain_store"}
+    pg_store: OrderStore = request.getfixturevalue(fixture.get(request.param, "pg_store"))
     return pg_store
 
 
@@ -72,6 +79,14 @@ async def _group_commit(store: OrderStore, updates: Any) -> list[Any]:
     if isinstance(store, GroupCommits):
         return await store.update_many(updates)
     return await update_each(store, list(updates))
+
+
+def test_a_store_offers_the_batched_writes_only_with_its_optimisations(
+    store: OrderStore, request: pytest.FixtureRequest
+) -> None:
+    batched = request.node.callspec.params["store"] in ("postgres", "citus")
+    assert isinstance(store, GroupCommits) is batched
+    assert isinstance(store, ClaimsWithStarts) is batched
 
 
 def unchanged(aggregate: OrderAggregate) -> tuple[Change, None]:
@@ -541,3 +556,12 @@ def test_an_order_whose_write_breaks_the_shared_statement_fails_alone(
     assert isinstance(results[1], Exception)
     assert run(pg_store.load(good.order_id)).order.state is OrderState.CANCELLED
     assert run(pg_store.load(bad.order_id)).order.total_minor == bad.total_minor
+
+
+def test_the_store_optimisations_switch_reads_0_or_1_and_defaults_on() -> None:
+    from orderflow.config import ConfigError, load_settings
+
+    assert load_settings({}).store_optimisations is True
+    assert load_settings({"ORDERFLOW_STORE_OPTIMISATIONS": "0"}).store_optimisations is False
+    with pytest.raises(ConfigError, match="ORDERFLOW_STORE_OPTIMISATIONS"):
+        load_settings({"ORDERFLOW_STORE_OPTIMISATIONS": "off"})
