@@ -60,13 +60,14 @@ def forget_dead_holders(pgdata: Path) -> list[int]:
     if not handles.exists():
         return []
     pids: list[int] = json.loads(handles.read_text() or "[]")
-    alive = [pid for pid in pids if pid != os.getpid() and _process_exists(pid)]
+    alive = [pid for pid in pids if pid != os.getpid() and process_exists(pid)]
     if len(alive) != len(pids):
         handles.write_text(json.dumps(alive))
     return [pid for pid in pids if pid not in alive]
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """A process with this id exists (ours or another user's)."""
     try:
         os.kill(pid, 0)  # signal 0: existence check only
     except ProcessLookupError:

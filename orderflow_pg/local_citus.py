@@ -25,6 +25,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from orderflow_pg.embedded import process_exists
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 EXTENSION_DIRS = (Path("/usr/share/postgresql/15/extension"),)
 # Which process made a cluster directory: a later session removes it once that one is gone.
@@ -171,20 +173,10 @@ def remove_stale(parent: Path, prefix: str) -> None:
             pid = int(owner.read_text())
         except (OSError, ValueError):
             continue
-        if _alive(pid):
+        if process_exists(pid):
             continue
         stop(home)
         shutil.rmtree(home, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

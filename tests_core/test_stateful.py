@@ -47,16 +47,7 @@ MACHINES = {1: OrderflowMachineV1, NEWEST: OrderflowMachine, 3: OrderflowMachine
 
 TestOrderflow = OrderflowMachine.TestCase
 TestOrderflowV1 = OrderflowMachineV1.TestCase
-# Known failure, to fix next: with the fraud check inserted, the machine finds a sequence (two
-# orders left in payment_unknown, the hold expired, an executor stalled before a call, operator
-# retries of both, another executor run) where the reservation's expiry starts with the order
-# `reserved` and its charge running, and `fire_expiry` asks for reserved -> payment_unknown,
-# an edge no version has: the start fails ("step ... failed to start"). Versions 1 and 2 never
-# reach that state. Not strict: Hypothesis finds the sequence in some runs, not all.
-TestOrderflowV3 = pytest.mark.xfail(
-    reason="fire_expiry: reserved with a running charge under version 3 (see the comment above)",
-    strict=False,
-)(OrderflowMachineV3.TestCase)
+TestOrderflowV3 = OrderflowMachineV3.TestCase
 
 
 def test_a_machine_runs_for_every_process_version() -> None:

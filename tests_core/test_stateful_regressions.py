@@ -13,7 +13,8 @@ import pytest
 
 from orderflow_core import Item, StepKind, saga
 from orderflow_core.steps import registry
-from tests_core.test_stateful import OrderflowMachine
+from tests_core import fraud_check
+from tests_core.test_stateful import OrderflowMachine, OrderflowMachineV3
 
 
 def replay(machine: OrderflowMachine, steps: list[Callable[[OrderflowMachine], object]]) -> None:
@@ -107,3 +108,37 @@ def test_the_machine_catches_a_decision_that_raises(monkeypatch: pytest.MonkeyPa
     ]
     with pytest.raises(AssertionError, match=r"failed unexpectedly"):
         replay(OrderflowMachine(), steps)
+
+
+def expiry_released_the_unstarted_charge(m: OrderflowMachine) -> None:
+    aggregate = m.world.load(m.world.order_ids[0])
+    charge = aggregate.latest(StepKind.CHARGE)
+    assert charge is not None
+    assert charge.status.value == "cancelled"
+    assert [a.outcome for a in charge.attempts] == []  # never sent
+    assert aggregate.order.state.value in ("releasing", "cancelled")
+    assert aggregate.order.reservation_expired
+    assert m.world.effects()["charges"] == []
+
+
+# Version 3 (the fraud check between reserved and paying): the check runs only after the hold
+# ran out, so the charge it leads to falls due beside the expiry timer; one claim leases both,
+# and the timer's start runs while the charge is leased but not started.
+EXPIRY_BESIDE_AN_UNSTARTED_CHARGE: list[Callable[[OrderflowMachine], object]] = [
+    lambda m: m.create_order(lines=[Item("sku-a", 1, 1)]),
+    lambda m: m.run_executor(executor=0, crash=None),  # reserve; the check and the timer wait
+    lambda m: m.advance_clock(seconds=901),  # past the 15-minute hold
+    lambda m: m.stall_executor(executor=0, point="before_call"),  # the check: the charge is due
+    lambda m: m.run_executor(executor=0, crash=None),  # one claim: the timer and the charge
+    expiry_released_the_unstarted_charge,
+]
+
+
+def test_the_expiry_beside_a_leased_unstarted_charge_releases_and_the_charge_sends_nothing(
+) -> None:
+    """Found by the version-3 machine: the timer saw the charge `running` (leased by the same
+    claim, its start not yet run) with the order still `reserved`, took it for a charge in
+    flight and asked for reserved -> payment_unknown, an edge no version has. Still `reserved`
+    means no charge was sent: the timer stops the leased charge and releases the stock."""
+    with fraud_check.registered():
+        replay(OrderflowMachineV3(), EXPIRY_BESIDE_AN_UNSTARTED_CHARGE)

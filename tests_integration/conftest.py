@@ -24,6 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from orderflow_pg import PgOrderStore, migrate, start_embedded, stop_embedded
+from orderflow_pg.embedded import process_exists
 
 T = TypeVar("T")
 URL_VARIABLE = "ORDERFLOW_TEST_DATABASE_URL"
@@ -121,18 +122,8 @@ def _drop_stale_databases(admin_url: str) -> None:
         names = [row[0] for row in conn.execute(STALE_DATABASES).fetchall()]
     for name in names:
         pid = int(name.split("_")[2])
-        if not _alive(pid):
+        if not process_exists(pid):
             _drop(admin_url, name)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from uuid import UUID
 import citus_fixtures
 import psycopg
 import pytest
-from processes import Proc, base_env, free_port, http
+from processes import Proc, base_env, http, serve_as_documented
 
 from orderflow_core import ids
 
@@ -60,22 +60,7 @@ def test_the_embedding_snippet_runs_as_written_and_prints_what_readme_says() -> 
 
 def _tour_server(procs: list[Proc], pg_url: str) -> tuple[int, int]:
     """`orderflow serve` with the README's exported variables, on free ports."""
-    server_block = readme_block("tour-server", "sh")
-    assert "orderflow serve" in server_block
-    exported = dict(re.findall(r"\b(ORDERFLOW_\w+)=(\S+)", server_block))
-    assert set(exported) == {"ORDERFLOW_CUSTOMER_TOKEN", "ORDERFLOW_OPERATOR_TOKEN"}
-    api_port, mocks_port = free_port(), free_port()
-    env = base_env(
-        **exported,
-        ORDERFLOW_DATABASE_URL=pg_url,
-        ORDERFLOW_HTTP_PORT=str(api_port),
-        ORDERFLOW_MOCKS_PORT=str(mocks_port),
-        # The tour waits for automatic reconciliation to give up: shorter delays, same path.
-        ORDERFLOW_RETRY_DELAYS_S="0.1,0.1,0.1,0.1",
-    )
-    proc = Proc("serve", env)
-    procs.append(proc)
-    proc.wait_for(r"orderflow API: http://\S+/api/v1", timeout_s=120)
+    api_port, mocks_port, _ = serve_as_documented(procs, readme_block("tour-server", "sh"), pg_url)
     return api_port, mocks_port
 
 

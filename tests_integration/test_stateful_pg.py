@@ -19,8 +19,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from orderflow_core.process import NEWEST
 from orderflow_pg import PgOrderStore
 from orderflow_testing import OrderflowMachine, machine_for
+from tests_core import fraud_check
+from tests_core.test_stateful_regressions import EXPIRY_BESIDE_AN_UNSTARTED_CHARGE, replay
 
 pytestmark = pytest.mark.postgres
 
@@ -39,7 +42,9 @@ def empty_tables(url: str) -> None:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")  # fixed names, no input
 
 
-def pg_machine(url: str, *, optimisations: bool = True) -> type[OrderflowMachine]:
+def pg_machine(
+    url: str, process_version: int = NEWEST, *, optimisations: bool = True
+) -> type[OrderflowMachine]:
     """The kit's machine on a `PgOrderStore`, from empty tables in every example."""
 
     @asynccontextmanager
@@ -48,7 +53,9 @@ def pg_machine(url: str, *, optimisations: bool = True) -> type[OrderflowMachine
         async with PgOrderStore.open(url, max_size=8, optimisations=optimisations) as store:
             yield store
 
-    return machine_for(fresh_store, name="PgOrderflowMachine")
+    return machine_for(
+        fresh_store, name="PgOrderflowMachine", process_version=process_version
+    )
 
 
 def test_the_six_rules_hold_on_postgresql_under_random_crashes_stalls_and_clock_jumps(
@@ -84,6 +91,14 @@ def test_the_six_rules_hold_on_postgresql_without_the_store_optimisations(pg_url
             database=None,
         ),
     )
+
+
+def test_the_expiry_beside_an_unstarted_charge_releases_on_postgresql(pg_url: str) -> None:
+    """The version-3 sequence the in-memory machine found (the timer and a charge leased by one
+    claim, the charge's start not yet run), replayed on PostgreSQL, where the claim and its
+    starts take the store's own route."""
+    with fraud_check.registered():
+        replay(pg_machine(pg_url, fraud_check.VERSION)(), EXPIRY_BESIDE_AN_UNSTARTED_CHARGE)
 
 
 # On a Citus cluster every write is several single-shard parts driven by the coordinator:

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from processes import Proc, base_env, eventually, free_port, http
+from processes import Proc, eventually, http, serve_as_documented
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "tutorial.md"
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -60,20 +60,7 @@ def tutorial_script(api_port: int, mocks_port: int) -> str:
 @pytest.mark.postgres
 def test_the_tutorial_runs_as_typed_against_a_live_server(procs: list[Proc], pg_url: str) -> None:
     start = SH_BLOCK.findall(TUTORIAL.read_text())[0]
-    exported = dict(re.findall(r"\b(ORDERFLOW_\w+)=(\S+)", start))
-    assert set(exported) == {"ORDERFLOW_CUSTOMER_TOKEN", "ORDERFLOW_OPERATOR_TOKEN"}
-    api_port, mocks_port = free_port(), free_port()
-    env = base_env(
-        **exported,
-        ORDERFLOW_DATABASE_URL=pg_url,
-        ORDERFLOW_HTTP_PORT=str(api_port),
-        ORDERFLOW_MOCKS_PORT=str(mocks_port),
-        # Reconciliation gives up sooner than the text's 1, 2, 4, 8 s: shorter delays, same path.
-        ORDERFLOW_RETRY_DELAYS_S="0.1,0.1,0.1,0.1",
-    )
-    proc = Proc("serve", env)
-    procs.append(proc)
-    proc.wait_for(r"orderflow API: http://\S+/api/v1", timeout_s=120)
+    api_port, mocks_port, exported = serve_as_documented(procs, start, pg_url)
 
     done = subprocess.run(
         ["bash", "-c", tutorial_script(api_port, mocks_port)],

@@ -259,11 +259,16 @@ def fire_expiry(d: Draft, step: Step) -> CallPlan | None:
     charge = d.latest(StepKind.CHARGE)
     if state is OrderState.PAYMENT_UNKNOWN:
         d.cancel_waiting(StepKind.RECONCILE_PAYMENT, "reservation expired: manual reconciliation")
-    elif charge is None or charge.status is not StepStatus.RUNNING:
-        if charge is None:
-            _release(d, "reservation_expired")
-        else:
-            release_after_expiry(d, charge)
+    elif charge is None:
+        _release(d, "reservation_expired")
+    elif state is OrderState.RESERVED or charge.status is not StepStatus.RUNNING:
+        if charge.status is StepStatus.RUNNING:
+            # Still `reserved`, so this charge never started (its start moves the order to
+            # `paying` before it returns a call): a claim leased it beside this timer and its
+            # start has not run yet. Stopped here, that start finds its lease gone and sends
+            # nothing.
+            charge = stop(d, charge, StepStatus.CANCELLED, "reservation_expired")
+        release_after_expiry(d, charge)
     else:
         d.move(OrderState.PAYMENT_UNKNOWN, "reservation expired with a charge in flight")
     return None
