@@ -11,6 +11,11 @@ Three parts, each named where it is defined:
 - the **write rounds** (`_rounds`, `_write_rounds`): a group commit (`update_many`, and the
   starts of `claim_and_start`) split into rounds in which each order appears once, each round
   one `apply_changes` statement whose documents are fenced by their guards (`_commit`).
+
+All three are optimisations over the store's contract (`UnitOfWork`); `update_many` and
+`claim_and_start` are the optional capabilities `GroupCommits` and `ClaimsWithStarts`.
+`PlainPgOrderStore` (`ORDERFLOW_STORE_OPTIMISATIONS=0`) turns them all off: `create` and
+`update` alone, each its own transaction, deciding on a locking read.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ log = logging.getLogger("orderflow.store")
 # orders with a step still to run (due or running) are kept: a finished order's next change, if
 # any (an operator's refund), reads it afresh, and a store kept no copy it would not use again.
 KEPT_ORDERS = 10_000
-# A kept copy of an order: its version and its aggregate.
+# A kept copy of an order (the cache the group commit decides on without a locking read): its
+# version and its aggregate as this store last wrote or claimed it.
 Kept = tuple[int, OrderAggregate]
 # The most creates one statement carries (what queued beyond waits for the next).
 MAX_CREATES_PER_COMMIT = 64
