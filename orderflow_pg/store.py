@@ -6,7 +6,6 @@ and the kept copies they decide on) is the write engine, `orderflow_pg.write_eng
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections import OrderedDict
@@ -16,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
+from orderflow_core.commits import SingleWriter
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import (
     ApiIdempotency,
@@ -42,6 +42,7 @@ from orderflow_pg.reads import (
 )
 from orderflow_pg.users import PgUsers
 from orderflow_pg.write_engine import (
+    MAX_CREATES_PER_COMMIT,
     Kept,
     PgWriteEngine,
     _copies,
@@ -61,8 +62,9 @@ class PgOrderStore(PgWriteEngine):
     def __init__(self, database: Database) -> None:
         self._db = database
         self.users = PgUsers(database)
-        self._creates: list[tuple[Change, asyncio.Future[None]]] = []
-        self._create_writer: asyncio.Task[None] | None = None
+        self._create_batcher = SingleWriter(
+            self._commit_creates, max_batch=MAX_CREATES_PER_COMMIT, name="batch of creates"
+        )
         # The kept copies (`orderflow_pg.write_engine`), oldest first.
         self._kept: OrderedDict[UUID, Kept] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
