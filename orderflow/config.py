@@ -185,6 +185,9 @@ class Settings:
     # ORDERFLOW_DATABASE_POOLER (none): `transaction` when ORDERFLOW_DATABASE_URL goes through
     # pgbouncer in transaction mode: no server-side prepared statements, no startup options.
     database_pooler: str = "none"
+    # ORDERFLOW_STORE_OPTIMISATIONS (1): 0 runs the PostgreSQL store on its contract alone (no
+    # create batcher, no group commit, no claim with its starts, no kept copies).
+    store_optimisations: bool = True
     # ORDERFLOW_DIRECT_DATABASE_URL (unset: ORDERFLOW_DATABASE_URL): PostgreSQL itself, not
     # through a transaction pooler, for what needs a session of its own: the workers' LISTEN
     # for wake-ups and the migrations' advisory lock. Required with a transaction pooler.
@@ -489,6 +492,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         citus_shard_count=_get(env, "ORDERFLOW_CITUS_SHARD_COUNT", _positive_int, 32),
         request_deadline_s=_get(env, "ORDERFLOW_REQUEST_DEADLINE_S", _positive, 3.0),
         database_pooler=_get(env, "ORDERFLOW_DATABASE_POOLER", _pooler, "none"),
+        store_optimisations=_get(env, "ORDERFLOW_STORE_OPTIMISATIONS", _flag, True),
         direct_database_url=_get(
             env, "ORDERFLOW_DIRECT_DATABASE_URL", _database_url, None, show=redacted_database_url
         ),
@@ -762,6 +766,10 @@ VARIABLE_HELP: Mapping[str, str] = {
     "asks the database, together; then 503 `store_unavailable` with `Retry-After`.",
     "ORDERFLOW_DATABASE_POOLER": "`transaction` when `ORDERFLOW_DATABASE_URL` goes through "
     "pgbouncer in transaction mode (server-side prepared statements off); `none` otherwise.",
+    "ORDERFLOW_STORE_OPTIMISATIONS": "`0`: the PostgreSQL store runs on its contract alone, "
+    "each create, start and result its own transaction, every change decided on a locking read "
+    "(no create batcher, no group commit, no claim with its starts, no kept copies): slower, "
+    "for comparing or ruling the optimisations out. `1` (default): all on.",
     "ORDERFLOW_DIRECT_DATABASE_URL": "PostgreSQL itself, not through the pooler: the workers' "
     "LISTEN for wake-ups and the migrations' advisory lock need a session of their own. Unset: "
     "`ORDERFLOW_DATABASE_URL`; required with `ORDERFLOW_DATABASE_POOLER=transaction`.",

@@ -137,6 +137,7 @@ async def open_store(url: str, settings: Settings) -> AsyncIterator[PgOrderStore
         min_size=2,
         max_size=size,
         transaction_pooler=settings.database_pooler == "transaction",
+        optimisations=settings.store_optimisations,
     ) as store:
         yield store
 

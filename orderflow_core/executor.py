@@ -11,6 +11,8 @@ import random as _random
 from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
+import attrs
+
 from orderflow_core import ids, logfields, saga
 from orderflow_core.commits import CommitQueue
 from orderflow_core.context import Context, Timing
@@ -18,7 +20,7 @@ from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
 from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
-from orderflow_core.ports import Clock, Services, UnitOfWork
+from orderflow_core.ports import ClaimsWithStarts, Clock, Services, UnitOfWork
 from orderflow_core.steps.definition import CallPlan
 from orderflow_core.steps.registry import perform
 
@@ -34,6 +36,29 @@ async def _no_checkpoint(name: str, claim: Claim) -> None:
 
 class LeaseLost(Exception):
     """The step's lease was taken or ran out while the call was in flight."""
+
+
+@attrs.frozen
+class _Started:
+    """What deciding a claim's start found, for the executor to act on once the store returned
+    it: the call to make (None: none), whether an earlier attempt of the step never reported
+    back (a takeover), and the order's creating trace context."""
+
+    plan: CallPlan | None
+    taken_over: bool = False
+    trace_parent: str | None = None
+
+
+@attrs.frozen
+class _Decided:
+    """What deciding an attempt's result found, acted on once the store returned it: the step
+    it chained (None: none), why the result was rejected as stale (None: it was not), the
+    outcome its change records for the attempt, and the order's creating trace context."""
+
+    following: tuple[Claim, CallPlan] | None
+    rejected: str | None
+    recorded: str | None
+    trace_parent: str | None
 
 
 class Executor:
@@ -53,6 +78,8 @@ class Executor:
         observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
+        # Claims and their starts in one store call, when the store offers it.
+        self._batched = store if isinstance(store, ClaimsWithStarts) else None
         # Results and the intents they chain commit through one writer, grouped (group commit).
         self.commits = CommitQueue(store, observer=observer)
         self.services = services
@@ -123,22 +150,31 @@ class Executor:
         self, limit: int | None = None
     ) -> tuple[int, list[tuple[Claim, CallPlan]]]:
         """Lease up to `limit` (default: the free slots) due steps and commit the intents they
-        start in the same store call (`UnitOfWork.claim_and_start`: one transaction on
-        PostgreSQL, so a claim never stands without its intent); how many were claimed, and
-        those that have a call to make, with their plans."""
+        start: in the same store call when the store offers it
+        (`ClaimsWithStarts.claim_and_start`: one transaction on PostgreSQL, so a claim never
+        stands without its intent), else the claim and then each start; how many were
+        claimed, and those that have a call to make, with their plans."""
         wanted = self._wanted(limit)
         if wanted <= 0:
             return 0, []
         return await self._claim_started(wanted)
 
     async def _claim_started(self, wanted: int) -> tuple[int, list[tuple[Claim, CallPlan]]]:
-        results = await self.store.claim_and_start(
-            owner=self.worker_id,
-            now=self.clock.now(),
-            limit=wanted,
-            lease_s=self.timing.lease_s,
-            start=self._decide_start,
-        )
+        now = self.clock.now()
+        results: Sequence[tuple[Claim, _Started | BaseException]]
+        if self._batched is not None:
+            results = await self._batched.claim_and_start(
+                owner=self.worker_id,
+                now=now,
+                limit=wanted,
+                lease_s=self.timing.lease_s,
+                start=self._decide_start,
+            )
+        else:  # the contract alone: the claim, then its starts through the writer
+            claims = await self.store.claim_due(
+                owner=self.worker_id, now=now, limit=wanted, lease_s=self.timing.lease_s
+            )
+            results = await self._decide_starts(claims)
         self.observer.claimed(len(results))
         return len(results), self._started(results)
 
@@ -159,6 +195,11 @@ class Executor:
         """Record the intents of a claim batch (`decide_start`) through the executor's one
         writer, so they share group commits with the results under way; the claims that have
         a call to make, with their plans. What failed is left to lease expiry."""
+        return self._started(await self._decide_starts(claims))
+
+    async def _decide_starts(
+        self, claims: list[Claim]
+    ) -> list[tuple[Claim, _Started | BaseException]]:
         if not claims:
             return []
         results = await asyncio.gather(
@@ -168,13 +209,15 @@ class Executor:
             ),
             return_exceptions=True,
         )
-        return self._started(list(zip(claims, results, strict=True)))
+        return list(zip(claims, results, strict=True))
 
     def _started(
-        self, results: Sequence[tuple[Claim, CallPlan | BaseException | None]]
+        self, results: Sequence[tuple[Claim, _Started | BaseException]]
     ) -> list[tuple[Claim, CallPlan]]:
         """The started claims with a call to make; the others logged (what failed is left to
-        lease expiry)."""
+        lease expiry). What the starts found is acted on here, once their store call returned:
+        a decision may be taken more than once (a store may decide again on a fresh read), so
+        it changes nothing itself."""
         unavailable = [r for _, r in results if isinstance(r, StoreUnavailable)]
         if unavailable:
             log.warning(
@@ -188,24 +231,25 @@ class Executor:
                 pass  # counted above, or the writer was stopped: the lease runs out
             elif isinstance(result, BaseException):  # a bug must not stop the executor
                 log.error("step %s failed to start", claim.step_id, exc_info=result)
-            elif result is not None:
-                started.append((claim, result))
-                continue
-            self._trace_parents.pop(claim.step_id, None)
+            else:
+                if result.taken_over:
+                    self.observer.lease_taken_over(claim)
+                if result.plan is not None:
+                    self._trace_parents[claim.step_id] = result.trace_parent
+                    started.append((claim, result.plan))
         return started
 
-    def _decide_start(
-        self, claim: Claim, agg: OrderAggregate
-    ) -> tuple[Change, CallPlan | None]:
-        """`saga.decide_start`, noting for the observer a takeover (an earlier attempt of the
-        step never reported back) and the order's trace context."""
+    def _decide_start(self, claim: Claim, agg: OrderAggregate) -> tuple[Change, _Started]:
+        """`saga.decide_start`, with what the executor acts on once it is committed: a
+        takeover (an earlier attempt of the step never reported back) for the observer, and
+        the order's trace context. Free of side effects: a store may call it twice."""
         ctx = self._ctx()
+        change, plan = saga.decide_start(agg, claim, ctx)
         step = agg.step(claim.step_id)
-        if step is not None and saga.guard_holds(agg, claim, ctx):
-            if any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts):
-                self.observer.lease_taken_over(claim)
-            self._trace_parents[claim.step_id] = agg.order.trace_parent
-        return saga.decide_start(agg, claim, ctx)
+        if step is None or not saga.guard_holds(agg, claim, ctx):
+            return change, _Started(plan)
+        taken_over = any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts)
+        return change, _Started(plan, taken_over, agg.order.trace_parent)
 
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
@@ -343,50 +387,44 @@ class Executor:
         await self._checkpoint("after_call", claim)
         chain = self.timing.chain_steps and not self._stopping.is_set()
         observed.finished(outcome_name(outcome))
-        trace_parent_of_order: str | None = None
-        rejected: list[str] = []
-        task = asyncio.current_task()
-
-        def decide(agg: OrderAggregate) -> tuple[Change, tuple[Claim, CallPlan] | None]:
-            nonlocal trace_parent_of_order
-            ctx = self._ctx()
-            rejected[:] = [] if saga.guard_holds(agg, claim, ctx) else [_why_stale(agg, claim)]
-            trace_parent_of_order = agg.order.trace_parent
-            # A result that chains nothing is this task's last commit: its slot is given back
-            # when it is decided, free for a claim while the commit runs. Decided again after
-            # that (the store read the order anew), it chains nothing either: a claim may have
-            # taken the slot, so the step it would chain is left due for a claim, and never
-            # more than `max_concurrent` steps are in flight.
-            given_back = task is not None and task in self._finishing
-            change, following = saga.decide_result(
-                agg, claim, outcome, ctx, chain=chain and not given_back
-            )
-            if following is None and task is not None:
+        if not chain:
+            # This result chains nothing, so it is the task's last commit: its slot is given
+            # back now, free for a claim while the commit runs.
+            task = asyncio.current_task()
+            if task is not None:
                 self._give_back_slot(task)
-            # The attempt is observed under the outcome it is recorded with: a step may read
-            # an answer that went through as no success (a status check finding the charge
-            # still pending is recorded `pending`), and the counters say what the rows say.
+
+        def decide(agg: OrderAggregate) -> tuple[Change, _Decided]:
+            # Free of side effects: a store may decide again (on a fresh read, on a retry), so
+            # what the decision found is acted on below, once the store returned it.
+            ctx = self._ctx()
+            rejected = None if saga.guard_holds(agg, claim, ctx) else _why_stale(agg, claim)
+            change, following = saga.decide_result(agg, claim, outcome, ctx, chain=chain)
             recorded = _recorded_outcome(change, claim)
-            if recorded is not None:
-                observed.finished(recorded)
-            return change, following
+            return change, _Decided(following, rejected, recorded, agg.order.trace_parent)
 
         try:
-            following = await self.commits.update(claim.order_id, decide)
+            decided = await self.commits.update(claim.order_id, decide)
         except ConcurrentUpdate:
             self.observer.stale_result_rejected(claim)  # fenced off when written
             raise
-        if rejected:
+        # The attempt is observed under the outcome it is recorded with: a step may read an
+        # answer that went through as no success (a status check finding the charge still
+        # pending is recorded `pending`), and the counters say what the rows say.
+        if decided.recorded is not None:
+            observed.finished(decided.recorded)
+        if decided.rejected is not None:
             self.observer.stale_result_rejected(claim)
             log.warning(
                 "result of step %s attempt %s rejected (%s), not stored: %s",
                 claim.step_id,
                 claim.attempt,
-                rejected[0],
+                decided.rejected,
                 outcome_name(outcome),
             )
+        following = decided.following
         if following is not None:
-            self._trace_parents[following[0].step_id] = trace_parent_of_order
+            self._trace_parents[following[0].step_id] = decided.trace_parent
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of

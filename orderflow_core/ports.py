@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 import attrs
@@ -115,11 +114,13 @@ class Services:
 
 
 class UnitOfWork(Protocol):
-    """The writing side of the order store: a unit of work per order, and the step leases.
+    """The writing side of the order store, its whole contract: a unit of work per order
+    (`create`, `update`), and the step leases (`claim_due`, `renew_lease`).
 
-    Every write goes through `create` or `update` (or their batched forms), which apply one
-    `Change` atomically (rule 4). Errors of the underlying technology surface as
-    `StoreUnavailable` (transient) or `DuplicateIdempotencyKey`; nothing else leaks.
+    Every write goes through `create` or `update`, which apply one `Change` atomically
+    (rule 4). Errors of the underlying technology surface as `StoreUnavailable` (transient) or
+    `DuplicateIdempotencyKey`; nothing else leaks. A store may offer more (`GroupCommits`,
+    `ClaimsWithStarts`): the executor uses it when it is there, the contract alone otherwise.
     """
 
     async def create(self, change: Change) -> None:
@@ -141,6 +142,25 @@ class UnitOfWork(Protocol):
         """
         ...
 
+    async def claim_due(
+        self, *, owner: str, now: datetime, limit: int, lease_s: float
+    ) -> list[Claim]:
+        """Lease up to `limit` steps that are due (pending/retry_scheduled with
+        next_attempt_at <= now) or running with an expired lease: status running,
+        attempt + 1, owner and expiry set, all in one statement."""
+        ...
+
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
+        ...
+
+
+@runtime_checkable
+class GroupCommits(Protocol):
+    """What a store may offer beside the `UnitOfWork`: many orders' updates in one round trip.
+    Optional: the executor's writer checks for it (`isinstance`) and, without it, sends the
+    same updates one `update` after the other. It may not promise more than those would."""
+
     async def update_many(
         self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
     ) -> list[T | Exception]:
@@ -157,13 +177,13 @@ class UnitOfWork(Protocol):
         """
         ...
 
-    async def claim_due(
-        self, *, owner: str, now: datetime, limit: int, lease_s: float
-    ) -> list[Claim]:
-        """Lease up to `limit` steps that are due (pending/retry_scheduled with
-        next_attempt_at <= now) or running with an expired lease: status running,
-        attempt + 1, owner and expiry set, all in one statement."""
-        ...
+
+@runtime_checkable
+class ClaimsWithStarts(Protocol):
+    """What a store may offer beside the `UnitOfWork`: a claim and the intents it starts in one
+    store call. Optional: the executor checks for it (`isinstance`) and, without it, claims
+    (`claim_due`) and then writes each start with `update` (a claim whose start fails is left
+    to lease expiry)."""
 
     async def claim_and_start(
         self,
@@ -174,35 +194,13 @@ class UnitOfWork(Protocol):
         lease_s: float,
         start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
     ) -> list[tuple[Claim, T | Exception]]:
-        """`claim_due`, then each claim's `start(claim, aggregate)` applied as `update_many`
-        applies a decision, in one transaction where the store can (the executor's claims and
-        the intents they start: a claim is then never durable without its intent). Each claim
-        comes back with its start's value, or the exception that start met (as in
-        `update_many`); a store error (`StoreUnavailable`) is raised for the whole call."""
+        """`claim_due`, then each claim's `start(claim, aggregate)` applied as
+        `GroupCommits.update_many` applies a decision, in one transaction where the store can
+        (the executor's claims and the intents they start: a claim is then never durable
+        without its intent). Each claim comes back with its start's value, or the exception
+        that start met (as in `update_many`); a store error (`StoreUnavailable`) is raised
+        for the whole call."""
         ...
-
-    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
-        """Extend the lease while (attempt, owner, running, not expired) hold; False otherwise."""
-        ...
-
-
-async def claim_then_start(
-    store: UnitOfWork,
-    *,
-    owner: str,
-    now: datetime,
-    limit: int,
-    lease_s: float,
-    start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
-) -> list[tuple[Claim, T | Exception]]:
-    """`UnitOfWork.claim_and_start` for a store whose claim and starts cannot share one
-    transaction: `claim_due`, then every start through `update_many` (a claim whose start
-    fails is left to lease expiry)."""
-    claims = await store.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
-    started = await store.update_many(
-        [(claim.order_id, functools.partial(start, claim)) for claim in claims]
-    )
-    return list(zip(claims, started, strict=True))
 
 
 class OrderReads(Protocol):

@@ -32,6 +32,35 @@ def parse_queries(text: str) -> dict[str, str]:
     return queries
 
 
+# A fragment is a named block that is no statement of its own: a statement includes it where it
+# says `/*@name(key=value, ...)*/`, each `{key}` of the fragment replaced by its value (SQL text
+# of the file itself: an alias, a table, a bound parameter's placeholder; never a value).
+FRAGMENTS = frozenset({"aggregate_of"})
+_INCLUDE = re.compile(r"/\*@(?P<name>[a-z_]+)\((?P<args>.*?)\)\*/")
+_SLOT = re.compile(r"\{(?P<key>[a-z_]+)\}")
+
+
+def include_fragments(text: str, fragments: dict[str, str]) -> str:
+    """`text` with each fragment it includes written out."""
+
+    def expand(mark: re.Match[str]) -> str:
+        if mark["name"] not in fragments:
+            return mark[0]  # another mark (`one_order`'s)
+        args = dict(arg.strip().split("=", 1) for arg in mark["args"].split(","))
+        body = fragments[mark["name"]]
+        # The fragment's own leading comment lines are left out.
+        lines = [line for line in body.splitlines() if not line.startswith("--")]
+
+        def fill(slot: re.Match[str]) -> str:
+            if slot["key"] not in args:
+                raise ValueError(f"{mark[0]} leaves {{{slot['key']}}} of {mark['name']} open")
+            return args[slot["key"]].strip()
+
+        return "\n" + _SLOT.sub(fill, "\n".join(lines).rstrip())
+
+    return _INCLUDE.sub(expand, text)
+
+
 # In a statement written for many orders, `/*@order x*/` marks where its one-order form
 # (`one_order`) pins table alias `x` to one order, `%(order_id)s`.
 _ONE_ORDER = re.compile(r"/\*@order (?P<alias>[a-z]+)\*/")
@@ -77,7 +106,9 @@ def one_order(text: str) -> str:
 def queries() -> dict[str, str]:
     """Every named query of the store, loaded once per process (with the one-order forms)."""
     files = importlib.resources.files("orderflow_pg")
-    found = parse_queries(files.joinpath("queries.sql").read_text("utf-8"))
+    blocks = parse_queries(files.joinpath("queries.sql").read_text("utf-8"))
+    fragments = {name: blocks.pop(name) for name in FRAGMENTS}
+    found = {name: include_fragments(body, fragments) for name, body in blocks.items()}
     for name, body in parse_queries(files.joinpath(CITUS_FILE).read_text("utf-8")).items():
         if name in found:
             raise ValueError(f"query {name!r} is defined twice")

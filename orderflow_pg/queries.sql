@@ -1,22 +1,34 @@
+-- aggregate_of --
+-- A fragment, not a statement: one order's aggregate as three jsonb columns, `order_row`, its
+-- `step_rows` (each step with its earlier attempts as `attempt_rows`; the latest attempt is on
+-- the step's row) and its `refund_rows`. The statements below that return an aggregate put it
+-- among their columns by the mark `@aggregate_of(order=ID, orders=REL, steps=REL)` in a block
+-- comment (queries.py):
+-- ID is the order's id (a bound parameter, or a column of the statement's own rows), and the
+-- order and step rows are read from REL: the tables, or a statement's CTE of the rows it
+-- locked (a row locked after a wait is its newest version, which a read of the table under
+-- the statement's snapshot could predate). Attempts are a correlated subquery per step:
+-- always the primary key's index.
+    (SELECT to_jsonb(agg_o) FROM {orders} AS agg_o WHERE agg_o.order_id = {order}) AS order_row,
+    (SELECT coalesce(jsonb_agg(
+        to_jsonb(agg_s) || jsonb_build_object('attempt_rows', (
+            SELECT coalesce(jsonb_agg(to_jsonb(agg_a) ORDER BY agg_a.attempt), '[]')
+            FROM finished_attempts AS agg_a
+            WHERE agg_a.order_id = {order} AND agg_a.step_id = agg_s.step_id))
+        ORDER BY agg_s.seq), '[]')
+     FROM {steps} AS agg_s WHERE agg_s.order_id = {order}) AS step_rows,
+    (SELECT coalesce(jsonb_agg(to_jsonb(agg_r) ORDER BY agg_r.created_at, agg_r.refund_id), '[]')
+     FROM refunds AS agg_r WHERE agg_r.order_id = {order}) AS refund_rows
+
 -- lock_aggregate --
--- One order with its steps (each with its earlier attempts; the latest is on the step's row)
--- and its refunds as jsonb; the order and step rows stay locked until commit, so a
--- concurrent claim skips the steps while a decision is applied. Attempts are a correlated
--- subquery per step: always the primary key's index.
+-- One order's aggregate (`aggregate_of`); the order and step rows stay locked until commit,
+-- so a concurrent claim skips the steps while a decision is applied.
 WITH o AS (
     SELECT * FROM orders WHERE order_id = %(order_id)s FOR UPDATE
 ), s AS (
     SELECT * FROM workflow_steps WHERE order_id = %(order_id)s ORDER BY seq FOR UPDATE
 )
-SELECT
-    (SELECT to_jsonb(o) FROM o) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]') FROM s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
+SELECT /*@aggregate_of(order=%(order_id)s, orders=o, steps=s)*/
 
 -- lock_aggregates --
 -- Several orders' aggregates, one row each, all locked until commit. The orders are locked in
@@ -33,44 +45,18 @@ WITH o AS (
     ORDER BY order_id, seq
     FOR UPDATE
 )
-SELECT
-    to_jsonb(o) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]') FROM s WHERE s.order_id = o.order_id) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = o.order_id) AS refund_rows
+SELECT /*@aggregate_of(order=o.order_id, orders=o, steps=s)*/
 FROM o
 
 -- get_aggregate --
 -- The same aggregate unlocked; one statement, so one consistent snapshot
-SELECT
-    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]')
-     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
+SELECT /*@aggregate_of(order=%(order_id)s, orders=orders, steps=workflow_steps)*/
 
 -- get_order_view --
 -- The unlocked aggregate and the order's history in one statement, so from one snapshot: the
 -- order's state is always the `to` of its last history entry (two statements could each see
 -- another commit)
-SELECT
-    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]')
-     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows,
+SELECT /*@aggregate_of(order=%(order_id)s, orders=orders, steps=workflow_steps)*/,
     (SELECT coalesce(jsonb_agg(to_jsonb(h) ORDER BY h.seq), '[]')
      FROM order_history AS h WHERE h.order_id = %(order_id)s) AS history_rows
 
@@ -411,15 +397,7 @@ WITH candidates AS (
 )
 SELECT
     c.step_id, c.order_id, c.kind, c.attempt, c.lease_owner, c.lease_expires_at,
-    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = c.order_id) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = s.order_id AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]')
-     FROM workflow_steps AS s WHERE s.order_id = c.order_id) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = c.order_id) AS refund_rows
+    /*@aggregate_of(order=c.order_id, orders=orders, steps=workflow_steps)*/
 FROM claimed AS c
 
 -- claim_candidates --
@@ -468,15 +446,7 @@ WITH owned AS (
 )
 SELECT
     c.step_id, c.order_id, c.kind, c.attempt, c.lease_owner, c.lease_expires_at,
-    (SELECT to_jsonb(o) FROM orders AS o WHERE o.order_id = %(order_id)s) AS order_row,
-    (SELECT coalesce(jsonb_agg(
-        to_jsonb(s) || jsonb_build_object('attempt_rows', (
-            SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.attempt), '[]')
-            FROM finished_attempts AS a WHERE a.order_id = %(order_id)s AND a.step_id = s.step_id))
-        ORDER BY s.seq), '[]')
-     FROM workflow_steps AS s WHERE s.order_id = %(order_id)s) AS step_rows,
-    (SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.created_at, r.refund_id), '[]')
-     FROM refunds AS r WHERE r.order_id = %(order_id)s) AS refund_rows
+    /*@aggregate_of(order=%(order_id)s, orders=orders, steps=workflow_steps)*/
 FROM claimed AS c
 
 -- citus_installed --

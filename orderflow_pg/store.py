@@ -6,7 +6,6 @@ and the kept copies they decide on) is the write engine, `orderflow_pg.write_eng
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections import OrderedDict
@@ -16,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
+from orderflow_core.commits import SingleWriter
 from orderflow_core.errors import StoreUnavailable
 from orderflow_core.model import (
     ApiIdempotency,
@@ -27,7 +27,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
-from orderflow_core.ports import OrderCount, claim_then_start
+from orderflow_core.ports import OrderCount
 from orderflow_core.states import OrderState
 from orderflow_pg import rows
 from orderflow_pg.database import Database
@@ -42,12 +42,14 @@ from orderflow_pg.reads import (
 )
 from orderflow_pg.users import PgUsers
 from orderflow_pg.write_engine import (
+    MAX_CREATES_PER_COMMIT,
     Kept,
     PgWriteEngine,
     _copies,
     _idempotency_key,
     _rounds,
 )
+from orderflow_pg.writes import insert_new_order
 
 T = TypeVar("T")
 
@@ -60,8 +62,9 @@ class PgOrderStore(PgWriteEngine):
     def __init__(self, database: Database) -> None:
         self._db = database
         self.users = PgUsers(database)
-        self._creates: list[tuple[Change, asyncio.Future[None]]] = []
-        self._create_writer: asyncio.Task[None] | None = None
+        self._create_batcher = SingleWriter(
+            self._commit_creates, max_batch=MAX_CREATES_PER_COMMIT, name="batch of creates"
+        )
         # The kept copies (`orderflow_pg.write_engine`), oldest first.
         self._kept: OrderedDict[UUID, Kept] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
@@ -80,11 +83,13 @@ class PgOrderStore(PgWriteEngine):
         statement_timeout_s: float = 3.0,
         connect_timeout_s: float = 10.0,
         transaction_pooler: bool = False,
+        optimisations: bool = True,
     ) -> AsyncIterator[PgOrderStore]:
         """A store on a fresh pool; size it for the executor's concurrency plus the API.
 
         Opening waits up to `connect_timeout_s` for `min_size` connections, then raises
-        `StoreUnavailable`.
+        `StoreUnavailable`. Without `optimisations`, a `PlainPgOrderStore`: the contract alone
+        (no create batcher, no group commit, no claim with its starts, no kept copies).
         """
         async with Database.open(
             url,
@@ -94,7 +99,7 @@ class PgOrderStore(PgWriteEngine):
             connect_timeout_s=connect_timeout_s,
             transaction_pooler=transaction_pooler,
         ) as database:
-            store = cls(database)
+            store = cls(database) if optimisations else PlainPgOrderStore(database)
             store.distributed = await store._distributed()
             yield store
 
@@ -242,9 +247,11 @@ class PgOrderStore(PgWriteEngine):
                 type(exc).__name__,
                 exc,
             )
-        return await claim_then_start(
-            self, owner=owner, now=now, limit=limit, lease_s=lease_s, start=start
+        claims = await self.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
+        started = await self.update_many(
+            [(claim.order_id, functools.partial(start, claim)) for claim in claims]
         )
+        return list(zip(claims, started, strict=True))
 
     async def _claimed_and_started(
         self, params: dict[str, Any], start: Callable[[Claim, OrderAggregate], tuple[Change, T]]
@@ -428,3 +435,27 @@ def _claimed(found: Sequence[rows.Row]) -> tuple[list[Claim], dict[UUID, Kept]]:
     claims = [rows.claim_from_row(r) for r in found]
     read = claimed_aggregates(found, claims)
     return claims, {order_id: (version, agg) for order_id, (agg, version) in read.items()}
+
+
+class PlainPgOrderStore(PgOrderStore):
+    """`PgOrderStore` without its optimisations (`ORDERFLOW_STORE_OPTIMISATIONS=0`): the
+    `UnitOfWork` contract alone, each unit of work its own transaction. Every create is its own
+    statement (no create batcher); it offers neither `GroupCommits` nor `ClaimsWithStarts`, so
+    the executor writes each start and result with `update`; and it keeps no copy of an order,
+    so every change is decided on a locking read. For comparing, and for a fault that one of
+    the optimisations might hide: the behaviour suite runs both ways."""
+
+    # A capability set to None is one the store does not offer (`isinstance` on the protocols).
+    update_many = None  # type: ignore[assignment]
+    claim_and_start = None  # type: ignore[assignment]
+
+    async def create(self, change: Change) -> None:
+        """Insert a new order and its first steps in a statement of its own."""
+        if change.order is None:
+            raise ValueError("create needs an order")
+        async with self._db.connection("create") as conn:
+            await insert_new_order(conn, change, one_order=self.distributed)
+
+    def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
+        """No kept copies."""
+        del order_id, version, aggregate

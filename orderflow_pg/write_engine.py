@@ -2,8 +2,9 @@
 
 Three parts, each named where it is defined:
 
-- the **create batcher** (`create`): one writer task sends every create queued while its
-  previous statement ran as one `apply_changes` statement (a group commit of creates);
+- the **create batcher** (`create`, a `SingleWriter` as the executor's results have): one
+  writer task sends every create queued while its previous statement ran as one
+  `apply_changes` statement (a group commit of creates);
 - the **kept copies** (`Kept`, `_keep`): per order this store wrote or claimed a step of last,
   the version and aggregate it wrote, so the order's next change is decided without a locking
   read; a copy is dropped whenever something else may have changed its order (an API update,
@@ -11,6 +12,11 @@ Three parts, each named where it is defined:
 - the **write rounds** (`_rounds`, `_write_rounds`): a group commit (`update_many`, and the
   starts of `claim_and_start`) split into rounds in which each order appears once, each round
   one `apply_changes` statement whose documents are fenced by their guards (`_commit`).
+
+All three are optimisations over the store's contract (`UnitOfWork`); `update_many` and
+`claim_and_start` are the optional capabilities `GroupCommits` and `ClaimsWithStarts`.
+`PlainPgOrderStore` (`ORDERFLOW_STORE_OPTIMISATIONS=0`) turns them all off: `create` and
+`update` alone, each its own transaction, deciding on a locking read.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from uuid import UUID
 
 import attrs
 
-from orderflow_core import deadlines, ids
+from orderflow_core import ids
+from orderflow_core.commits import SingleWriter
 from orderflow_core.errors import (
     ConcurrentUpdate,
     DuplicateIdempotencyKey,
@@ -53,7 +60,8 @@ log = logging.getLogger("orderflow.store")
 # orders with a step still to run (due or running) are kept: a finished order's next change, if
 # any (an operator's refund), reads it afresh, and a store kept no copy it would not use again.
 KEPT_ORDERS = 10_000
-# A kept copy of an order: its version and its aggregate.
+# A kept copy of an order (the cache the group commit decides on without a locking read): its
+# version and its aggregate as this store last wrote or claimed it.
 Kept = tuple[int, OrderAggregate]
 # The most creates one statement carries (what queued beyond waits for the next).
 MAX_CREATES_PER_COMMIT = 64
@@ -65,8 +73,8 @@ class PgWriteEngine:
     below."""
 
     _db: Database
-    _creates: list[tuple[Change, asyncio.Future[None]]]
-    _create_writer: asyncio.Task[None] | None
+    # The create batcher: the API's creates, grouped by one writer.
+    _create_batcher: SingleWriter[Change, None]
     # Per order this store wrote or claimed a step of last: (version, aggregate) as written
     # or as the claim read it with the claim put in, oldest first.
     _kept: OrderedDict[UUID, Kept]
@@ -75,65 +83,43 @@ class PgWriteEngine:
     async def create(self, change: Change) -> None:
         """Insert a new order and its first steps; `DuplicateIdempotencyKey` if the key exists.
 
-        Concurrent creates share a commit: one writer sends every create queued while its
-        previous statement ran as one `apply_changes` statement in autocommit (when idle, a
-        create goes out at once). Each caller returns only after the statement that carried
-        its order committed. If that statement fails for anything but an unreachable database
-        (a reused idempotency key in the batch), each create is retried alone, so only the
-        failing one fails."""
+        Concurrent creates share a commit (the create batcher, a `SingleWriter`): every create
+        queued while the previous statement ran goes as one `apply_changes` statement in
+        autocommit (when idle, a create goes out at once). Each caller returns only after the
+        statement that carried its order committed. If that statement fails for anything but
+        an unreachable database (a reused idempotency key in the batch), each create is
+        retried alone, so only the failing one fails."""
         if change.order is None:
             raise ValueError("create needs an order")
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._creates.append((change, future))
-        if self._create_writer is None or self._create_writer.done():
-            with deadlines.detached():  # it writes for every caller, not for this one alone
-                self._create_writer = asyncio.create_task(self._write_creates())
-        await future
+        await self._create_batcher.submit(change)
 
-    async def _write_creates(self) -> None:
-        try:
-            while self._creates:
-                batch = self._creates[:MAX_CREATES_PER_COMMIT]
-                del self._creates[:MAX_CREATES_PER_COMMIT]
-                await self._commit_creates(batch)
-        finally:  # cancelled: nobody commits for the callers still queued
-            for _, future in self._creates:
-                future.cancel()
-            self._creates.clear()
-
-    async def _commit_creates(self, batch: list[tuple[Change, asyncio.Future[None]]]) -> None:
+    async def _commit_creates(self, batch: list[Change]) -> list[Exception | None]:
+        """One batch of creates: each create's outcome (None: committed)."""
         if self.distributed and len(batch) > 1:  # one order, one shard: each on its own
-            await asyncio.gather(*(self._commit_creates([entry]) for entry in batch))
-            return
+            alone = await asyncio.gather(*(self._commit_creates([c]) for c in batch))
+            return [outcome for [outcome] in alone]
         try:
             async with self._db.connection("create") as conn:
-                docs = [change_doc(c, new=True) for c, _ in batch]
+                docs = [change_doc(c, new=True) for c in batch]
                 await _apply(conn, docs, one_order=self.distributed)
-        except asyncio.CancelledError:
-            for _, future in batch:
-                future.cancel()
+        except (asyncio.CancelledError, StoreUnavailable):
             raise
-        except StoreUnavailable as exc:
-            for _, future in batch:
-                _settle(future, StoreUnavailable(str(exc)))
-            return
         except Exception as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], exc)
-                return
-            for change, future in batch:  # each alone: only the failing create fails
+                return [exc]
+            outcomes: list[Exception | None] = []
+            for change in batch:  # each alone: only the failing create fails
                 try:
                     async with self._db.connection("create") as conn:
                         await insert_new_order(conn, change, one_order=self.distributed)
                 except asyncio.CancelledError:
                     raise
-                except Exception as alone:
-                    _settle(future, alone)
+                except Exception as failed:
+                    outcomes.append(failed)
                 else:
-                    _settle(future, None)
-            return
-        for _, future in batch:
-            _settle(future, None)
+                    outcomes.append(None)
+            return outcomes
+        return [None] * len(batch)
 
     async def update(
         self, order_id: UUID, decide: Callable[[OrderAggregate], tuple[Change, T]]
@@ -444,15 +430,6 @@ async def _apply(conn: Connection, docs: list[dict[str, Any]], *, one_order: boo
     if one_order:
         return await apply_documents(conn, docs, one_order=True)
     return await apply_documents(conn, docs)
-
-
-def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
-    if future.done():  # its caller was cancelled meanwhile
-        return
-    if failure is None:
-        future.set_result(None)
-    else:
-        future.set_exception(failure)
 
 
 def _copies(

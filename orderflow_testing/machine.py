@@ -50,7 +50,7 @@ from orderflow_core.steps.registry import attention_reason
 from orderflow_core.testing import InMemoryOrderStore
 from orderflow_mocks.sim_adapters import simulated_services
 from orderflow_mocks.simulation import Simulator
-from orderflow_testing.recording import RecordingStore
+from orderflow_testing.recording import RecordingStore, recording_store
 from orderflow_testing.rules import check_all_rules
 from orderflow_testing.strategies import (
     CUSTOMER,
@@ -157,7 +157,7 @@ class OrderflowMachine(RuleBasedStateMachine):
             loop.close()
             raise
         return SimWorld(
-            RecordingStore(store),
+            recording_store(store),
             loop,
             self.services,
             checkpoint=self._checkpoint,

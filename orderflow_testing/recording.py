@@ -29,7 +29,7 @@ from orderflow_core.model import (
     OrderAggregate,
     OutboxEvent,
 )
-from orderflow_core.ports import OrderCount, OrderStore
+from orderflow_core.ports import ClaimsWithStarts, GroupCommits, OrderCount, OrderStore
 from orderflow_core.states import OrderState
 
 T = TypeVar("T")
@@ -106,29 +106,6 @@ class RecordingStore:
             self._record(order_id, *seen[-1])
         return value
 
-    async def update_many(
-        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
-    ) -> list[T | Exception]:
-        seen: dict[int, tuple[OrderAggregate, Change]] = {}
-
-        def watching(
-            index: int, decide: Callable[[OrderAggregate], tuple[Change, T]]
-        ) -> Callable[[OrderAggregate], tuple[Change, T]]:
-            def watched(aggregate: OrderAggregate) -> tuple[Change, T]:
-                change, value = decide(aggregate)
-                seen[index] = (aggregate, change)  # the last call is the one committed
-                return change, value
-
-            return watched
-
-        results = await self.inner.update_many(
-            [(order_id, watching(i, decide)) for i, (order_id, decide) in enumerate(updates)]
-        )
-        for i, ((order_id, _), result) in enumerate(zip(updates, results, strict=True)):
-            if not isinstance(result, Exception) and i in seen:
-                self._record(order_id, *seen[i])
-        return results
-
     async def load(self, order_id: UUID) -> OrderAggregate | None:
         return await self.inner.load(order_id)
 
@@ -178,6 +155,57 @@ class RecordingStore:
     ) -> list[Claim]:
         return await self.inner.claim_due(owner=owner, now=now, limit=limit, lease_s=lease_s)
 
+    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
+        return await self.inner.renew_lease(claim, now=now, lease_s=lease_s)
+
+    async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
+        return await self.inner.events(after=after, limit=limit)
+
+    # The outbox feed side (`OutboxFeed`), which both shipped stores also are.
+    async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
+        feed: Any = self.inner
+        events: list[OutboxEvent] = await feed.unpublished_events(limit)
+        return events
+
+    async def mark_published(self, seqs: list[int], now: datetime) -> None:
+        feed: Any = self.inner
+        await feed.mark_published(seqs, now)
+
+
+class BatchedRecordingStore(RecordingStore):
+    """A `RecordingStore` around a store that offers `GroupCommits` and `ClaimsWithStarts`: it
+    offers them too, recording what each batch committed."""
+
+    def __init__(self, inner: OrderStore) -> None:
+        super().__init__(inner)
+        assert isinstance(inner, GroupCommits)
+        assert isinstance(inner, ClaimsWithStarts)
+        self.batched = inner
+        self.claims_with_starts: ClaimsWithStarts = inner
+
+    async def update_many(
+        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
+    ) -> list[T | Exception]:
+        seen: dict[int, tuple[OrderAggregate, Change]] = {}
+
+        def watching(
+            index: int, decide: Callable[[OrderAggregate], tuple[Change, T]]
+        ) -> Callable[[OrderAggregate], tuple[Change, T]]:
+            def watched(aggregate: OrderAggregate) -> tuple[Change, T]:
+                change, value = decide(aggregate)
+                seen[index] = (aggregate, change)  # the last call is the one committed
+                return change, value
+
+            return watched
+
+        results = await self.batched.update_many(
+            [(order_id, watching(i, decide)) for i, (order_id, decide) in enumerate(updates)]
+        )
+        for i, ((order_id, _), result) in enumerate(zip(updates, results, strict=True)):
+            if not isinstance(result, Exception) and i in seen:
+                self._record(order_id, *seen[i])
+        return results
+
     async def claim_and_start(
         self,
         *,
@@ -194,7 +222,7 @@ class RecordingStore:
             seen[claim.step_id] = (aggregate, change)  # the last call is the one committed
             return change, value
 
-        started = await self.inner.claim_and_start(
+        started = await self.claims_with_starts.claim_and_start(
             owner=owner, now=now, limit=limit, lease_s=lease_s, start=watched
         )
         for claim, result in started:
@@ -202,18 +230,10 @@ class RecordingStore:
                 self._record(claim.order_id, *seen[claim.step_id])
         return started
 
-    async def renew_lease(self, claim: Claim, *, now: datetime, lease_s: float) -> bool:
-        return await self.inner.renew_lease(claim, now=now, lease_s=lease_s)
 
-    async def events(self, *, after: int, limit: int) -> list[OutboxEvent]:
-        return await self.inner.events(after=after, limit=limit)
-
-    # The outbox feed side (`OutboxFeed`), which both shipped stores also are.
-    async def unpublished_events(self, limit: int) -> list[OutboxEvent]:
-        feed: Any = self.inner
-        events: list[OutboxEvent] = await feed.unpublished_events(limit)
-        return events
-
-    async def mark_published(self, seqs: list[int], now: datetime) -> None:
-        feed: Any = self.inner
-        await feed.mark_published(seqs, now)
+def recording_store(inner: OrderStore) -> RecordingStore:
+    """A recorder around `inner` that offers what `inner` offers (the contract alone, or the
+    batched writes too), so the executor takes the same path through both."""
+    if isinstance(inner, GroupCommits) and isinstance(inner, ClaimsWithStarts):
+        return BatchedRecordingStore(inner)
+    return RecordingStore(inner)

@@ -18,15 +18,16 @@ from orderflow_core.outcomes import Outcome
 from orderflow_core.ports import CallContext
 from orderflow_core.service import OrderService
 from orderflow_core.states import Role, StepStatus
-from orderflow_core.testing import FakeClock, InMemoryOrderStore, InMemoryUsers
+from orderflow_core.testing import FakeClock, InMemoryUsers
 from orderflow_mocks.sim_adapters import SimulatedWarehouse, simulated_services
 from orderflow_mocks.simulation import Simulator
+from tests_core.batching import BatchingMemoryStore
 
 CUSTOMER = Principal("customer-1", Role.CUSTOMER)
 NO_POLL = 3600.0  # only wake-ups and backlogs may cause a claim in these tests
 
 
-class CountingStore(InMemoryOrderStore):
+class CountingStore(BatchingMemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.claims: list[int] = []  # how many steps each claim returned
@@ -115,12 +116,14 @@ class HeldWarehouse(SimulatedWarehouse):
 
 
 class Node:
-    def __init__(self, max_concurrent: int, store: CountingStore | None = None) -> None:
+    def __init__(
+        self, max_concurrent: int, store: CountingStore | None = None, *, chain: bool = True
+    ) -> None:
         self.clock = FakeClock()
         self.store = store or CountingStore()
         # Version 1: the claim counts below are those of reserve, charge and ship.
         self.service = OrderService(self.store, self.clock, InMemoryUsers(), process_version=1)
-        timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=True)
+        timing = Timing(max_concurrent=max_concurrent, poll_interval_s=NO_POLL, chain_steps=chain)
         simulator = Simulator(now=self.clock.now)
         services = simulated_services(simulator)
         self.warehouse = HeldWarehouse(simulator)
@@ -226,31 +229,52 @@ def test_a_slot_that_frees_under_a_backlog_is_claimed_at_once_not_when_more_have
     assert sum(claims) == 9
 
 
-def test_the_slot_of_a_result_that_chains_nothing_is_claimed_while_its_commit_runs() -> None:
-    async def scenario() -> tuple[int, list[int], bool, list[int]]:
+def test_the_slot_of_a_result_that_cannot_chain_is_given_back_before_its_commit() -> None:
+    async def scenario() -> tuple[int, bool, list[int]]:
+        node = Node(max_concurrent=1, chain=False)
+        order_ids = [await node.create() for _ in range(2)]
+        gate = node.store.hold_shipping = asyncio.Event()
+        running = asyncio.create_task(node.executor.run())
+        # One slot, chaining off: every result is its task's last commit, so its slot is
+        # given back before that commit runs, free for a claim while it runs. The first
+        # ship result's commit is held; the slot is free meanwhile.
+        await _until(lambda: _true(node.store.held), "the last commit of the first order held")
+        await _until(node.idle, "the slot given back while the commit is held")
+        both_shipped_while_held = await node.store.shipped(order_ids)
+        gate.set()
+        claims = await node.claims_once_done(order_ids, running)
+        return node.store.held, both_shipped_while_held, claims
+
+    held, both_shipped_while_held, claims = asyncio.run(scenario())
+    assert held == 1
+    assert not both_shipped_while_held
+    assert sum(claims) == 6, "reserve, charge and ship of each order, each claimed"
+
+
+def test_the_slot_of_a_chaining_result_is_held_until_its_commit_returns() -> None:
+    async def scenario() -> tuple[int, int, list[int], list[int]]:
         node = Node(max_concurrent=1)
         order_ids = [await node.create() for _ in range(2)]
         gate = node.store.hold_shipping = asyncio.Event()
         running = asyncio.create_task(node.executor.run())
         # One slot: the first order's chain runs to its ship result, whose commit is held.
-        # The result chains nothing, so its slot was given back when it was decided: the
-        # second order is claimed into it before that commit returns.
+        # Whether a result chains is known only from the decision the store returns (which
+        # may be taken twice), so the slot stays with the task until that commit returned.
         await _until(lambda: _true(node.store.held), "the last commit of the first order held")
-        await _until(lambda: _true(len(node.store.claims) == 2), "a claim while it is held")
-        held, claims_while_held = node.store.held, list(node.store.claims)
-        both_shipped_while_held = await node.store.shipped(order_ids)
+        await _settle_loop()
+        free_while_held, claims_while_held = node.executor.free_slots, list(node.store.claims)
         gate.set()
         claims = await node.claims_once_done(order_ids, running)
-        return held, claims_while_held, both_shipped_while_held, claims
+        return node.store.held, free_while_held, claims_while_held, claims
 
-    held, claims_while_held, both_shipped_while_held, claims = asyncio.run(scenario())
+    held, free_while_held, claims_while_held, claims = asyncio.run(scenario())
     assert held == 1
-    assert claims_while_held == [1, 1]
-    assert not both_shipped_while_held, "the second order's start waits for the held commit"
+    assert free_while_held == 0
+    assert claims_while_held == [1], "no claim while the slot's last commit runs"
     assert sum(claims) == 2
 
 
-def test_a_result_decided_again_after_its_slot_was_given_back_chains_nothing() -> None:
+def test_a_result_decided_again_acts_on_the_decision_the_store_kept() -> None:
     async def scenario() -> tuple[list[Any], dict[Any, list[Any]], list[int]]:
         store = RedecidingStore()
         node = Node(max_concurrent=1, store=store)
@@ -259,10 +283,15 @@ def test_a_result_decided_again_after_its_slot_was_given_back_chains_nothing() -
         return order_ids, store.values, await node.claims_once_done(order_ids, running)
 
     order_ids, values, claims = asyncio.run(scenario())
-    # Each reserve result, decided on a stale copy, chained nothing and gave its slot back;
-    # decided again on the stored order it chains nothing either (the slot may be taken).
-    assert values == {order_id: [None, None] for order_id in order_ids}
-    assert sum(claims) == 4, "each order's charge was left due for a claim of its own"
+    # Each reserve result, decided on a stale copy, chained nothing; decided again on the
+    # stored order it chains the charge, and the executor goes on with that (the first
+    # decision changed nothing of it).
+    assert set(values) == set(order_ids)
+    for first, second in values.values():
+        assert (first.following, first.rejected) == (None, "stale_generation")
+        assert second.following is not None
+        assert second.rejected is None
+    assert sum(claims) == 2, "each order ran as one chain from its one claim"
 
 
 def test_a_claim_and_the_intents_it_starts_are_one_store_call_not_the_writers() -> None:

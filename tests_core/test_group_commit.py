@@ -16,7 +16,7 @@ from orderflow_core import OrderState
 from orderflow_core.commits import CommitQueue
 from orderflow_core.errors import NotFound, StoreUnavailable
 from orderflow_core.model import Change, Item, OrderAggregate
-from orderflow_core.testing import InMemoryOrderStore
+from tests_core.batching import BatchingMemoryStore
 from tests_core.world import World
 
 Decide = Callable[[OrderAggregate], tuple[Change, Any]]
@@ -108,7 +108,7 @@ def test_each_caller_gets_its_own_failure_and_the_writer_goes_on() -> None:
     asyncio.run(scenario())
 
 
-class BatchCountingStore(InMemoryOrderStore):
+class BatchCountingStore(BatchingMemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.batch_sizes: list[int] = []

@@ -144,6 +144,18 @@ def pg_store(pg_url: str, run: Run[Any]) -> Iterator[PgOrderStore]:
         run(stack.aclose())
 
 
+@pytest.fixture
+def pg_plain_store(pg_url: str, run: Run[Any]) -> Iterator[PgOrderStore]:
+    """`pg_store` without its optimisations (`ORDERFLOW_STORE_OPTIMISATIONS=0`)."""
+    stack = AsyncExitStack()
+    opened = PgOrderStore.open(pg_url, max_size=8, optimisations=False)
+    store = run(stack.enter_async_context(opened))
+    try:
+        yield store
+    finally:
+        run(stack.aclose())
+
+
 def database_name(url: str) -> str:
     """Which database a URL names."""
     return str(conninfo_to_dict(url)["dbname"])

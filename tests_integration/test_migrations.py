@@ -39,7 +39,7 @@ from orderflow_pg import (
     run_migrate,
 )
 from orderflow_pg.prune import Policy, Pruner
-from orderflow_pg.queries import CITUS_ONLY, queries
+from orderflow_pg.queries import CITUS_ONLY, include_fragments, queries
 
 pytestmark = pytest.mark.postgres
 REPO = Path(__file__).resolve().parent.parent
@@ -119,6 +119,36 @@ def test_every_query_of_the_store_prepares_against_the_migrated_schema(pg_url: s
                 checked.add(name)
     skipped = set(queries()) - checked
     assert skipped == {"create_schema_migrations"} | CITUS_ONLY, "only the DDL is skipped"
+
+
+AGGREGATE_READS = (
+    "lock_aggregate", "lock_aggregates", "get_aggregate", "get_order_view", "claim_due",
+    "claim_order",
+)
+
+
+def test_the_aggregate_read_is_written_once_and_included_by_every_statement_returning_one() -> None:
+    text = (Path(__file__).parents[1] / "orderflow_pg" / "queries.sql").read_text("utf-8")
+    assert text.count("'attempt_rows'") == 1, "one aggregate read in queries.sql"
+    assert "aggregate_of" not in queries(), "a fragment is no statement"
+    for name in AGGREGATE_READS:
+        statement = queries()[name]
+        assert "/*@aggregate_of" not in statement
+        assert statement.count("'attempt_rows'") == 1
+        for column in ("order_row", "step_rows", "refund_rows"):
+            assert f"AS {column}" in statement
+    # Each includes it with its own order id and rows: a locking read reads what it locked.
+    assert "FROM s AS agg_s WHERE agg_s.order_id = o.order_id" in queries()["lock_aggregates"]
+    assert "FROM o AS agg_o" in queries()["lock_aggregate"]
+    assert "agg_o.order_id = c.order_id" in queries()["claim_due"]
+
+
+def test_a_fragment_included_without_one_of_its_slots_is_refused() -> None:
+    fragments = {"frag": "-- a fragment\nSELECT {a}, {b}"}
+    assert include_fragments("/*@frag(a=1, b=%(x)s)*/", fragments) == "\nSELECT 1, %(x)s"
+    with pytest.raises(ValueError, match=r"leaves \{b\} of frag open"):
+        include_fragments("/*@frag(a=1)*/", fragments)
+    assert include_fragments("/*@order o*/", fragments) == "/*@order o*/"
 
 
 def test_running_the_migrations_twice_applies_nothing_the_second_time(

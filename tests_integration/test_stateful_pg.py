@@ -42,13 +42,15 @@ def empty_tables(url: str) -> None:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")  # fixed names, no input
 
 
-def pg_machine(url: str, process_version: int = NEWEST) -> type[OrderflowMachine]:
+def pg_machine(
+    url: str, process_version: int = NEWEST, *, optimisations: bool = True
+) -> type[OrderflowMachine]:
     """The kit's machine on a `PgOrderStore`, from empty tables in every example."""
 
     @asynccontextmanager
     async def fresh_store() -> AsyncIterator[PgOrderStore]:
         empty_tables(url)
-        async with PgOrderStore.open(url, max_size=8) as store:
+        async with PgOrderStore.open(url, max_size=8, optimisations=optimisations) as store:
             yield store
 
     return machine_for(
@@ -67,6 +69,22 @@ def test_the_six_rules_hold_on_postgresql_under_random_crashes_stalls_and_clock_
         pg_machine(pg_url),
         settings=settings(
             max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            database=None,
+        ),
+    )
+
+
+def test_the_six_rules_hold_on_postgresql_without_the_store_optimisations(pg_url: str) -> None:
+    """The same machine on the store's plain path (`ORDERFLOW_STORE_OPTIMISATIONS=0`): each
+    create, start and result a transaction of its own, no kept copies; fewer examples."""
+    gc.collect()
+    run_state_machine_as_test(
+        pg_machine(pg_url, optimisations=False),
+        settings=settings(
+            max_examples=max(EXAMPLES // 4, 5),
             stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -25,10 +25,17 @@ from builders import (
 from conftest import Run
 
 from orderflow_core import saga
+from orderflow_core.commits import update_each
 from orderflow_core.context import Context
 from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import Change, Claim, Order, OrderAggregate, OutboxEvent, Refund
-from orderflow_core.ports import OrderReads, OrderStore, UnitOfWork
+from orderflow_core.ports import (
+    ClaimsWithStarts,
+    GroupCommits,
+    OrderReads,
+    OrderStore,
+    UnitOfWork,
+)
 from orderflow_core.relay import OutboxFeed
 from orderflow_core.states import OrderState, RefundStatus, StepKind, StepStatus
 from orderflow_core.steps.definition import CallPlan
@@ -39,15 +46,16 @@ from orderflow_core.testing import InMemoryOrderStore
     params=[
         "memory",
         pytest.param("postgres", marks=pytest.mark.postgres),
+        # The same store without its optimisations, so the plain path stays tested.
+        pytest.param("postgres-plain", marks=pytest.mark.postgres),
         pytest.param("citus", marks=pytest.mark.citus),
     ]
 )
 def store(request: pytest.FixtureRequest) -> OrderStore:
     if request.param == "memory":
         return InMemoryOrderStore()
-    pg_store: OrderStore = request.getfixturevalue(
-        "citus_store" if request.param == "citus" else "pg_store"
-    )
+    fixture = {"citus": "citus_store", "postgres-plain": "pg_plain_store"}
+    pg_store: OrderStore = request.getfixturevalue(fixture.get(request.param, "pg_store"))
     return pg_store
 
 
@@ -63,6 +71,22 @@ def test_both_stores_provide_the_unit_of_work_the_reads_and_the_outbox_feed(
         missing = {n for n in _members(protocol) if not callable(getattr(store, n, None))}
         assert missing == set(), (protocol.__name__, missing)
     assert _members(OrderStore) <= _members(UnitOfWork) | _members(OrderReads)
+
+
+async def _group_commit(store: OrderStore, updates: Any) -> list[Any]:
+    """A group commit as the executor's writer sends it: one `update_many` when the store
+    offers it, else each `update` in turn (the contract alone: the in-memory store)."""
+    if isinstance(store, GroupCommits):
+        return await store.update_many(updates)
+    return await update_each(store, list(updates))
+
+
+def test_a_store_offers_the_batched_writes_only_with_its_optimisations(
+    store: OrderStore, request: pytest.FixtureRequest
+) -> None:
+    batched = request.node.callspec.params["store"] in ("postgres", "citus")
+    assert isinstance(store, GroupCommits) is batched
+    assert isinstance(store, ClaimsWithStarts) is batched
 
 
 def unchanged(aggregate: OrderAggregate) -> tuple[Change, None]:
@@ -394,7 +418,7 @@ def test_a_claim_batch_records_every_intent_and_keeps_a_failing_decision_to_its_
         return saga.decide_start(aggregate, claim, Context(at(1), "A"))
 
     lost = attrs.evolve(claims[0], order_id=uuid.uuid4(), step_id=uuid.uuid4())
-    results = run(store.update_many([(c.order_id, _with(start, c)) for c in [*claims, lost]]))
+    results = run(_group_commit(store, [(c.order_id, _with(start, c)) for c in [*claims, lost]]))
 
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[3], NotFound)
@@ -427,7 +451,7 @@ def test_two_claims_of_one_order_in_a_batch_each_see_the_change_before_them(
         assert step is not None
         return Change(steps=(attrs.evolve(step, last_error=f"saw {seen}"),)), seen
 
-    assert run(store.update_many([(c.order_id, _with(note, c)) for c in claims])) == [0, 1]
+    assert run(_group_commit(store, [(c.order_id, _with(note, c)) for c in claims])) == [0, 1]
     notes = sorted(s.last_error or "" for s in run(store.load(order.order_id)).steps)
     assert notes == ["saw 0", "saw 1"]
 
@@ -464,7 +488,8 @@ def test_a_group_commit_applies_each_order_under_its_own_fence_and_keeps_failure
     )
     unknown = uuid.uuid4()
     results = run(
-        store.update_many(
+        _group_commit(
+            store,
             [
                 (applied.order_id, reserved(applied, claims[applied.order_id])),
                 (stale.order_id, lambda _: (stale_change, "stale")),
@@ -504,7 +529,7 @@ def test_a_group_commit_applies_changes_of_one_order_in_turn(
         return Change(order=attrs.evolve(aggregate.order, event_seq=seq + 1)), seq
 
     first = order.event_seq
-    assert run(store.update_many([(order.order_id, bump)] * 3)) == [first, first + 1, first + 2]
+    assert run(_group_commit(store, [(order.order_id, bump)] * 3)) == [first, first + 1, first + 2]
     assert run(store.load(order.order_id)).order.event_seq == first + 3
 
 
@@ -531,3 +556,12 @@ def test_an_order_whose_write_breaks_the_shared_statement_fails_alone(
     assert isinstance(results[1], Exception)
     assert run(pg_store.load(good.order_id)).order.state is OrderState.CANCELLED
     assert run(pg_store.load(bad.order_id)).order.total_minor == bad.total_minor
+
+
+def test_the_store_optimisations_switch_reads_0_or_1_and_defaults_on() -> None:
+    from orderflow.config import ConfigError, load_settings
+
+    assert load_settings({}).store_optimisations is True
+    assert load_settings({"ORDERFLOW_STORE_OPTIMISATIONS": "0"}).store_optimisations is False
+    with pytest.raises(ConfigError, match="ORDERFLOW_STORE_OPTIMISATIONS"):
+        load_settings({"ORDERFLOW_STORE_OPTIMISATIONS": "off"})

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
 import attrs
 
-from orderflow_core.errors import DuplicateIdempotencyKey, NotFound, StoreUnavailable
+from orderflow_core.errors import DuplicateIdempotencyKey, NotFound
 from orderflow_core.model import (
     ApiIdempotency,
     AuditEntry,
@@ -26,7 +26,7 @@ from orderflow_core.model import (
     Principal,
     Step,
 )
-from orderflow_core.ports import OrderCount, claim_then_start
+from orderflow_core.ports import OrderCount
 from orderflow_core.states import DUE_STATUSES, OrderState, StepStatus
 
 T = TypeVar("T")
@@ -41,7 +41,10 @@ class NoWakeUps:
 
 
 class InMemoryOrderStore:
-    """A structural, inspectable store: every committed change is kept in `committed`."""
+    """A structural, inspectable store: every committed change is kept in `committed`. Of the
+    writing side it offers the `UnitOfWork` contract alone (no `GroupCommits`, no
+    `ClaimsWithStarts`), as a store of one's own may: the executor then writes each result and
+    each start with `update`."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -96,21 +99,6 @@ class InMemoryOrderStore:
             if not change.is_empty:
                 self._apply(aggregate, change)
             return value
-
-    async def update_many(
-        self, updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]]
-    ) -> list[T | Exception]:
-        """Each `update` in turn; an order's exception is its own, as if each had its own
-        transaction (which is what a batch guarantees for each order)."""
-        results: list[T | Exception] = []
-        for order_id, decide in updates:
-            try:
-                results.append(await self.update(order_id, decide))
-            except StoreUnavailable:
-                raise
-            except Exception as exc:  # this order's alone
-                results.append(exc)
-        return results
 
     def _apply(self, aggregate: OrderAggregate, change: Change) -> None:
         order_id = aggregate.order.order_id
@@ -233,21 +221,6 @@ class InMemoryOrderStore:
                     Claim(step.step_id, step.order_id, step.kind, claimed.attempt, owner, expires)
                 )
             return claims
-
-    async def claim_and_start(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        limit: int,
-        lease_s: float,
-        start: Callable[[Claim, OrderAggregate], tuple[Change, T]],
-    ) -> list[tuple[Claim, T | Exception]]:
-        """`claim_due`, then the starts as one `update_many` (nothing can crash in between
-        in memory)."""
-        return await claim_then_start(
-            self, owner=owner, now=now, limit=limit, lease_s=lease_s, start=start
-        )
 
     def _put_step(self, step: Step) -> None:
         aggregate = self.aggregates[step.order_id]
