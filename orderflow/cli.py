@@ -159,8 +159,10 @@ def _stop_event() -> asyncio.Event:
 
 
 def _say(line: str) -> None:
-    """Print the last line of a stop; when the terminal is gone (a closed window sends SIGHUP,
-    then writing to it fails) the line is dropped, not turned into a failed exit."""
+    """Print what a running command tells its person (start-up lines, the banner, the last line
+    of a stop); when the terminal is gone (a closed window sends SIGHUP, then writing to it
+    fails, even halfway through a line) the rest is dropped, not turned into a failed exit:
+    the SIGHUP then stops the command as gracefully as Ctrl-C."""
     try:
         print(line, flush=True)
     except OSError:
@@ -170,12 +172,12 @@ def _say(line: str) -> None:
 
 async def _migrate(url: str) -> None:
     for name in await migrate(url):
-        print(f"applied migration {name}", flush=True)
+        _say(f"applied migration {name}")
 
 
 async def _seed(settings: Settings, store: PgOrderStore) -> None:
     report = await seed_users(store.users, settings)
-    for line in report.lines():
+    for line in report.lines():  # tokens shown once: a failed write must not pass unnoticed
         print(line, flush=True)
 
 
@@ -294,7 +296,7 @@ def _announce(api_url: str, mocks_url: str | None, settings: Settings) -> None:
         ),
         f"database: {'configured' if settings.database_url else f'embedded under {home}'}",
     ]
-    print("\n".join(lines), flush=True)
+    _say("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from processes import (
     run_cli,
 )
 
+from orderflow import cli
+from orderflow.config import load_settings
 from orderflow_core import Item, OrderService, Principal, Role, SystemClock
 from orderflow_pg import PgOrderStore
 
@@ -311,3 +313,28 @@ def test_closing_the_terminal_stops_serve_and_its_embedded_server(tmp_path: Path
     assert os.WEXITSTATUS(status) == 0
     assert not (home / "pgdata" / "postmaster.pid").exists()
     eventually(lambda: not _running(postmaster), timeout_s=30, what="the embedded server's exit")
+
+
+class _GoneTerminal:
+    """A stdout whose terminal went away: every write fails as a closed pty's does (EIO)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(5, "Input/output error")
+
+    def flush(self) -> None:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_terminal_gone_while_the_banner_prints_is_no_failed_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Closing the window while `serve` prints its banner (a run of CI closed it between the
+    banner's text and its final newline) must leave `serve` running, for the SIGHUP that follows
+    to stop it gracefully: before, the failed write ended it with exit 1."""
+    monkeypatch.setattr(sys, "stdout", _GoneTerminal())
+    settings = load_settings({"ORDERFLOW_HOME": "/tmp/orderflow-banner-test"})
+    cli._announce("http://127.0.0.1:1", "http://127.0.0.1:2", settings)  # raises nothing
+    dropped = sys.stdout
+    assert not isinstance(dropped, _GoneTerminal)  # the rest of the output is dropped
+    cli._say("orderflow stopped: nothing in flight")
+    dropped.close()
