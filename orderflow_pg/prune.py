@@ -46,7 +46,7 @@ from psycopg import sql
 
 from orderflow_core.errors import FeedCursorExpired
 from orderflow_core.ports import Clock
-from orderflow_pg.queries import parse_queries
+from orderflow_pg.queries import parse_queries, query
 from orderflow_pg.rows import Row
 
 # "prune" in ASCII beside the migration lock's "orderflow": one pruner at a time.
@@ -66,6 +66,10 @@ PARTITION_STATEMENT_TIMEOUT_S = 900
 # ... but waits this long at most for its lock on `audit_log` (writers queue behind a waiting
 # DDL lock: a pass that cannot have it at once leaves the month to the next pass).
 PARTITION_LOCK_TIMEOUT_S = 0.5
+# The finished orders' lock: in the batch's own statement on one server; on Citus none there
+# (row locks in single-shard statements only), each order locked by itself instead.
+LOCKED = sql.SQL("FOR UPDATE OF o SKIP LOCKED")
+UNLOCKED = sql.SQL("")
 EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 NO_ORDER = UUID(int=0)
 
@@ -230,12 +234,24 @@ class Pruner:
                     Archive(self._archive_dir, self._clock.now()),
                     dry_run,
                     self._checkpoint,
+                    await _distributed(conn),
                 ).run()
             finally:
                 await _one(conn, "prune_unlock", lock)
 
 
 Conn = psycopg.AsyncConnection[Any]
+
+
+async def _distributed(conn: Conn) -> bool:
+    """Whether the orders are distributed by Citus here (the store's own check)."""
+    async with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        await cur.execute(query("citus_installed"))
+        found = await cur.fetchone()
+        if not (found and found["installed"]):
+            return False
+        await cur.execute(query("citus_tables"))
+        return "orders" in {r["name"] for r in await cur.fetchall()}
 
 
 Parts = dict[str, sql.Composable]
@@ -298,6 +314,7 @@ class _Pass:
     archive: Archive
     dry_run: bool
     checkpoint: Callable[[int], None]
+    distributed: bool = False
     report: PruneReport = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -353,43 +370,53 @@ class _Pass:
         after_at, after_id = EPOCH, NO_ORDER
         while True:
             async with self.conn.transaction(force_rollback=self.dry_run):
-                found = await _all(
-                    self.conn,
-                    "finished_orders",
-                    {
-                        "after_at": after_at,
-                        "after_id": after_id,
-                        "cutoff": cutoff,
-                        "limit": self.policy.batch,
-                    },
-                )
+                found = await self._finished(after_at, after_id, cutoff)
                 if not found:
                     return
-                ids = [r["order_id"] for r in found]
                 after_at, after_id = found[-1]["created_at"], found[-1]["order_id"]
-                if not self.dry_run:
-                    docs = await _all(
-                        self.conn, "archive_documents", {"order_ids": ids, "now": self.now}
-                    )
-                    await asyncio.to_thread(self.archive.write, [d["doc"] for d in docs])
-                    self.report.archive = self.archive.path
-                    self.checkpoint(len(ids))
-                counts = await _one(self.conn, "delete_orders", {"order_ids": ids})
-                self.report.orders += await _run(
-                    self.conn,
-                    "delete_order_rows",
-                    {
-                        "order_ids": ids,
-                    },
-                )
-            self.report.steps += counts["steps"]
-            self.report.attempts += counts["attempts"]
-            self.report.refunds += counts["refunds"]
-            self.report.processed_events += counts["processed_events"]
-            self.report.order_events += counts["events"]
+                ids = await self._locked([r["order_id"] for r in found], cutoff)
+                if ids:
+                    await self._remove(ids)
             self.report.batches += 1
             if len(found) < self.policy.batch:
                 return
+
+    async def _finished(self, after_at: datetime, after_id: UUID, cutoff: datetime) -> list[Row]:
+        """The next batch of finished orders past the keyset position: locked on one server,
+        only candidates on Citus (`_locked` locks them there)."""
+        params = {"after_at": after_at, "after_id": after_id, "cutoff": cutoff,
+                  "limit": self.policy.batch, "only": None}
+        lock = UNLOCKED if self.distributed else LOCKED
+        return await _all(self.conn, "finished_orders", params, {"lock": lock})
+
+    async def _locked(self, candidates: list[UUID], cutoff: datetime) -> list[UUID]:
+        """The candidates this pass holds: all of them on one server (locked as found); on
+        Citus each one locked on its own shard, then confirmed still finished under the lock
+        (a writer may have changed it between the read and the lock)."""
+        if not self.distributed:
+            return candidates
+        held = [c for c in candidates if await _all(self.conn, "lock_order", {"order_id": c})]
+        if not held:
+            return []
+        params = {"after_at": EPOCH, "after_id": NO_ORDER, "cutoff": cutoff,
+                  "limit": len(held), "only": held}
+        confirmed = await _all(self.conn, "finished_orders", params, {"lock": UNLOCKED})
+        return [r["order_id"] for r in confirmed]
+
+    async def _remove(self, ids: list[UUID]) -> None:
+        """Archive the held orders (made durable first), then delete them with their rows."""
+        if not self.dry_run:
+            docs = await _all(self.conn, "archive_documents", {"order_ids": ids, "now": self.now})
+            await asyncio.to_thread(self.archive.write, [d["doc"] for d in docs])
+            self.report.archive = self.archive.path
+            self.checkpoint(len(ids))
+        counts = await _one(self.conn, "delete_orders", {"order_ids": ids})
+        self.report.orders += await _run(self.conn, "delete_order_rows", {"order_ids": ids})
+        self.report.steps += counts["steps"]
+        self.report.attempts += counts["attempts"]
+        self.report.refunds += counts["refunds"]
+        self.report.processed_events += counts["processed_events"]
+        self.report.order_events += counts["events"]
 
     async def idempotency(self) -> None:
         cutoff = self.cutoff(self.policy.idempotency_s)

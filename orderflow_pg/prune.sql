@@ -47,10 +47,14 @@ WHERE e.seq > %(floor)s AND e.seq <= %(through)s
 -- The next finished orders created and last changed before the cutoff, oldest first, after a
 -- keyset position: terminal, not waiting for a person, no step left to run, no open refund,
 -- every event published. Locked (SKIP LOCKED: a writer holding one is left for the next pass)
--- so nothing changes them between the archive and the delete. Read through orders_newest_idx.
+-- so nothing changes them between the archive and the delete; on Citus, which takes row locks
+-- in single-shard statements only, the lock clause is left out and each candidate is locked by
+-- `lock_order`, then confirmed by this statement again limited to `only` (NULL: any order).
+-- Read through orders_newest_idx.
 SELECT o.order_id, o.created_at
 FROM orders AS o
 WHERE (o.created_at, o.order_id) > (%(after_at)s, %(after_id)s)
+  AND (%(only)s::uuid[] IS NULL OR o.order_id = ANY(%(only)s::uuid[]))
   AND o.created_at < %(cutoff)s
   AND o.updated_at < %(cutoff)s
   AND o.state IN ('shipped', 'reservation_failed', 'payment_failed', 'cancelled', 'refunded')
@@ -67,7 +71,12 @@ WHERE (o.created_at, o.order_id) > (%(after_at)s, %(after_id)s)
         AND e.seq > (SELECT published_through FROM outbox_feed))
 ORDER BY o.created_at, o.order_id
 LIMIT %(limit)s
-FOR UPDATE OF o SKIP LOCKED
+{lock}
+
+-- lock_order --
+-- One candidate order locked in a statement of its own shard (Citus); no row when a writer
+-- holds it (left for the next pass)
+SELECT o.order_id FROM orders AS o WHERE o.order_id = %(order_id)s FOR UPDATE SKIP LOCKED
 
 -- archive_documents --
 -- Each order as its archive line: the order (with its items), steps (each with its earlier
