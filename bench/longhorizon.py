@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,13 +87,67 @@ def _copy_exprs(
     return exprs
 
 
+# The keys, foreign keys and indexes of the cloned tables, each as (drop, create) statements,
+# foreign keys first. A partitioned table's index is dropped and built once for all its
+# partitions (its `ON ONLY` definition is made one for the whole tree).
+DETACHED_FOREIGN_KEYS = """
+SELECT format('ALTER TABLE %%s DROP CONSTRAINT %%I', conrelid::regclass, conname),
+       format('ALTER TABLE %%s ADD CONSTRAINT %%I %%s', conrelid::regclass, conname,
+              pg_get_constraintdef(oid))
+  FROM pg_constraint
+ WHERE contype = 'f' AND (conrelid = ANY (%(tables)s::regclass[])
+                          OR confrelid = ANY (%(tables)s::regclass[]))
+"""
+DETACHED_KEYS = """
+SELECT format('ALTER TABLE %%s DROP CONSTRAINT %%I', conrelid::regclass, conname),
+       format('ALTER TABLE %%s ADD CONSTRAINT %%I %%s', conrelid::regclass, conname,
+              pg_get_constraintdef(oid))
+  FROM pg_constraint
+ WHERE contype IN ('p', 'u', 'x') AND conrelid = ANY (%(tables)s::regclass[])
+"""
+DETACHED_INDEXES = """
+SELECT format('DROP INDEX %%s', i.indexrelid::regclass),
+       replace(pg_get_indexdef(i.indexrelid), ' ON ONLY ', ' ON ')
+  FROM pg_index AS i
+ WHERE i.indrelid = ANY (%(tables)s::regclass[])
+   AND NOT EXISTS (SELECT 1 FROM pg_constraint AS k WHERE k.conindid = i.indexrelid)
+"""
+
+
+@contextlib.contextmanager
+def keys_detached(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The cloned tables without their keys, foreign keys and indexes inside the block, built
+    again (with a large maintenance_work_mem) at its end, as a restore of a dump does: a clone
+    inserted under the indexes updates each uuid-keyed btree at a random place, ~500 orders/s
+    here once they outgrow memory; appended bare and indexed once, minutes for millions."""
+    tables = {"tables": list(TABLES)}
+    found = [conn.execute(q, tables).fetchall()
+             for q in (DETACHED_FOREIGN_KEYS, DETACHED_KEYS, DETACHED_INDEXES)]
+    for drop, _ in (row for rows in found for row in rows):
+        conn.execute(drop)
+    yield
+    conn.execute("SET maintenance_work_mem = '1GB'")
+    for _, create in (row for rows in reversed(found) for row in rows):
+        conn.execute(create)
+
+
 def clone_orders(
-    conn: psycopg.Connection[Any], copies: int, *, newest: datetime, span_s: float
+    conn: psycopg.Connection[Any], copies: int, *, newest: datetime, span_s: float,
+    detached: bool = False,
 ) -> int:
     """Every order now in the database copied `copies` times, copy n shifted back by
     n * span_s / copies seconds from `newest`; every uuid mapped to md5(uuid || n) so a copy's
     rows refer to each other as the original's do. Outbox rows get new seqs in time order (the
-    oldest copies first) and the feed is published through them. Returns the orders added."""
+    oldest copies first) and the feed is published through them. With `detached`, the tables'
+    keys and indexes are dropped for the inserts and built after (`keys_detached`); the
+    database must have no other session then. Returns the orders added."""
+    with keys_detached(conn) if detached else contextlib.nullcontext():
+        return _clone(conn, copies, newest=newest, span_s=span_s)
+
+
+def _clone(
+    conn: psycopg.Connection[Any], copies: int, *, newest: datetime, span_s: float
+) -> int:
     templates = conn.execute("SELECT count(*), max(updated_at) FROM orders").fetchone()
     assert templates is not None
     assert templates[0] > 0
@@ -194,7 +250,8 @@ async def history(args: argparse.Namespace) -> dict[str, Any]:
             have = conn.execute("SELECT count(*) FROM orders").fetchone()[0]  # type: ignore[index]
             copies = max(1, args.long_horizon // have - 1)
             newest = datetime.now(UTC) - timedelta(minutes=10)
-            added = clone_orders(conn, copies, newest=newest, span_s=args.history_span_days * DAY_S)
+            added = clone_orders(conn, copies, newest=newest, span_s=args.history_span_days * DAY_S,
+                                 detached=True)
             results["fill_s"] = round(time.monotonic() - began, 1)
             conn.execute("VACUUM (ANALYZE)")
             results["fill_and_vacuum_s"] = round(time.monotonic() - began, 1)
@@ -204,8 +261,10 @@ async def history(args: argparse.Namespace) -> dict[str, Any]:
         young = setup
         old = attrs.evolve(setup, template=big)
         for i in range(args.pairs or 1):
-            for label, s in (("young", young), ("history", old)):
-                figures = await measured(s, f"{label}{i}", args, history_db=label == "history")
+            for label in ("young", "history"):
+                # A history run counts its own orders, not the earlier runs' on the same database.
+                s = young if label == "young" else attrs.evolve(old, since=datetime.now(UTC))
+                figures = await measured(s, f"{label}{i}", args, in_place=label == "history")
                 figures["db"] = label
                 results["runs"].append(figures)
                 print(f"  {label}: {figures['orders_per_s']} orders/s, POST p99 "
@@ -214,7 +273,8 @@ async def history(args: argparse.Namespace) -> dict[str, Any]:
         if "prune-impact" in args.long_horizon_parts:
             # The history database again, with every worker pruning each second under a 10-minute
             # retention: the cloned history (all older) is archived and removed during the load.
-            figures = await measured(old, "history_pruning", args, history_db=True,
+            old = attrs.evolve(old, since=datetime.now(UTC))
+            figures = await measured(old, "history_pruning", args, in_place=True,
                                      env=pruning_env(args))
             figures["db"] = "history, pruning every second"
             results["runs"].append(figures)
@@ -237,10 +297,11 @@ def pruning_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def measured(
-    setup: scenario.Setup, name: str, args: argparse.Namespace, *, history_db: bool,
+    setup: scenario.Setup, name: str, args: argparse.Namespace, *, in_place: bool = False,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`scenario.run` plus GET p99, claim time and sizes read before its database is dropped."""
+    """`scenario.run` plus GET p99, claim time and sizes read before its database is dropped
+    (`in_place`: run on the template itself, kept)."""
     extra: dict[str, Any] = {}
 
     async def after(db_url: str, api_url: str) -> None:
@@ -253,7 +314,7 @@ async def measured(
 
     figures = await scenario.run(
         setup, name, latency=0, workers=args.long_horizon_workers,
-        load_spec=scenario.Load(orders=args.orders), after=after, env=env,
+        load_spec=scenario.Load(orders=args.orders), after=after, env=env, in_place=in_place,
     )
     figures.update(extra)
     return figures
@@ -277,7 +338,7 @@ async def prune_impact(args: argparse.Namespace) -> dict[str, Any]:
         pruning = pruning_env(args)
         for i in range(args.pairs or 1):
             for label, env in (("off", {"ORDERFLOW_PRUNE_INTERVAL_S": "0"}), ("pruning", pruning)):
-                figures = await measured(s, f"prune_{label}{i}", args, history_db=True, env=env)
+                figures = await measured(s, f"prune_{label}{i}", args, env=env)
                 figures["pruning"] = label
                 out["runs"].append(figures)
                 print(f"  pruning {label}: {figures['orders_per_s']} orders/s, POST p99 "

@@ -163,13 +163,17 @@ async def run(
     profile_to: str | None = None, rss_every_s: float = 0.0,
     env: dict[str, str] | None = None,
     after: Callable[[str, str], Awaitable[None]] | None = None,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """Measure one configuration on its own fresh database; the figures of the report.
 
     With `rss_every_s`, also the resident set of each process over the run (`rss_samples`).
-    Always the CPU each process used from the start of the load to its end (`cpu_*`)."""
-    dbname = f"{setup.db_prefix}{name}"
-    db_url = pgadmin.create_database(setup.server_url, dbname, template=setup.template)
+    Always the CPU each process used from the start of the load to its end (`cpu_*`).
+    With `in_place`, the run uses the template database itself and keeps it (a database of
+    many gigabytes, which a copy per run would spend minutes and its size in WAL on)."""
+    dbname = setup.template if in_place else f"{setup.db_prefix}{name}"
+    db_url = (pgadmin.db_url(setup.server_url, dbname) if in_place
+              else pgadmin.create_database(setup.server_url, dbname, template=setup.template))
     pg = cpu.locate_postgres(setup.server_url)
     window = walstats.WalWindow(setup.server_url)
     try:
@@ -208,7 +212,8 @@ async def run(
         outcome = await load.outcome_counts(db_url, setup.since)
         names = walstats.relation_names(db_url) if wal_read is not None else {}
     finally:
-        pgadmin.drop_database(setup.server_url, dbname)
+        if not in_place:
+            pgadmin.drop_database(setup.server_url, dbname)
     figures = _figures(load_spec, latency, workers, setup, posted, seen, commits, outcome, rss,
                        profile)
     figures.update(cpu.figures(cpu_start, cpu_end, figures["orders_accepted"], pg))
