@@ -43,11 +43,11 @@ from orderflow_pg.reads import (
 from orderflow_pg.users import PgUsers
 from orderflow_pg.write_engine import (
     MAX_CREATES_PER_COMMIT,
-    Kept,
+    KeptCopy,
     PgWriteEngine,
-    _copies,
-    _idempotency_key,
-    _rounds,
+    first_round_copies,
+    idempotency_key_params,
+    write_rounds,
 )
 from orderflow_pg.writes import insert_new_order
 
@@ -66,7 +66,7 @@ class PgOrderStore(PgWriteEngine):
             self._commit_creates, max_batch=MAX_CREATES_PER_COMMIT, name="batch of creates"
         )
         # The kept copies (`orderflow_pg.write_engine`), oldest first.
-        self._kept: OrderedDict[UUID, Kept] = OrderedDict()
+        self._kept_copies: OrderedDict[UUID, KeptCopy] = OrderedDict()
         self._horizon = FeedHorizon()  # how far the relay may publish the outbox
         # On a Citus coordinator whose tables are distributed (`open` finds out): every
         # transaction touches one order, so one shard (docs/citus.md).
@@ -135,7 +135,7 @@ class PgOrderStore(PgWriteEngine):
 
     async def find_idempotency(self, user_id: str, scope: str, key: str) -> ApiIdempotency | None:
         """The record a client's idempotency key is bound to, if any."""
-        params = _idempotency_key(user_id, scope, key)
+        params = idempotency_key_params(user_id, scope, key)
         async with self._db.connection("find_idempotency") as conn:
             row = await fetch_one(conn, "find_idempotency", params)
         return rows.idempotency_from_row(row) if row else None
@@ -207,9 +207,9 @@ class PgOrderStore(PgWriteEngine):
         # copy the attempt's start is decided on (the executor's group commit: no locking
         # read); a copy kept before is replaced, since the claim changed a step of it.
         for claim in claims:
-            self._kept.pop(claim.order_id, None)
+            self._forget_copy(claim.order_id)
         for order_id, (version, aggregate) in read.items():
-            self._keep(order_id, version, aggregate)
+            self._keep_copy(order_id, version, aggregate)
         return claims
 
     async def claim_and_start(
@@ -262,19 +262,19 @@ class PgOrderStore(PgWriteEngine):
                 claims, read = _claimed(await fetch_all(conn, "claim_due", params))
                 updates = [(c.order_id, functools.partial(start, c)) for c in claims]
                 results: dict[int, T | Exception] = {}
-                rounds = _rounds(updates, range(len(updates)))
-                copies = _copies(updates, rounds, read)
+                rounds = write_rounds(updates, range(len(updates)))
+                copies = first_round_copies(updates, rounds, read)
                 written, stale = await self._write_rounds(conn, updates, rounds, copies, results)
                 if stale:  # read again under the locks this transaction holds
                     again, _ = await self._write_rounds(
-                        conn, updates, _rounds(updates, stale), {}, results
+                        conn, updates, write_rounds(updates, stale), {}, results
                     )
                     written.extend(again)
         finally:  # committed or not, the claim changed a step of each: no copy kept before holds
             for claim in claims:
-                self._kept.pop(claim.order_id, None)
+                self._forget_copy(claim.order_id)
         for order_id, version, aggregate in written:
-            self._keep(order_id, version, aggregate)
+            self._keep_copy(order_id, version, aggregate)
         return [(claim, results[i]) for i, claim in enumerate(claims)]
 
     async def _candidates(self, params: dict[str, Any]) -> list[tuple[UUID, list[int]]]:
@@ -295,9 +295,9 @@ class PgOrderStore(PgWriteEngine):
             conn, "claim_order", {**params, "order_id": order_id, "seqs": seqs[:room]}
         )
         claims, read = _claimed(found)
-        self._kept.pop(order_id, None)
+        self._forget_copy(order_id)
         for kept_id, (version, aggregate) in read.items():
-            self._keep(kept_id, version, aggregate)
+            self._keep_copy(kept_id, version, aggregate)
         return claims
 
     async def _claim_and_start_by_order(
@@ -324,20 +324,20 @@ class PgOrderStore(PgWriteEngine):
                     )
                     claims, read = _claimed(found)
                     updates = [(c.order_id, functools.partial(start, c)) for c in claims]
-                    rounds = _rounds(updates, range(len(updates)))
-                    copies = _copies(updates, rounds, read)
+                    rounds = write_rounds(updates, range(len(updates)))
+                    copies = first_round_copies(updates, rounds, read)
                     written, stale = await self._write_rounds(
                         conn, updates, rounds, copies, results
                     )
                     if stale:
                         again, _ = await self._write_rounds(
-                            conn, updates, _rounds(updates, stale), {}, results
+                            conn, updates, write_rounds(updates, stale), {}, results
                         )
                         written.extend(again)
             finally:
-                self._kept.pop(order_id, None)
+                self._forget_copy(order_id)
             for kept_id, version, aggregate in written:
-                self._keep(kept_id, version, aggregate)
+                self._keep_copy(kept_id, version, aggregate)
             done.extend((claim, results[i]) for i, claim in enumerate(claims))
         return done
 
@@ -351,7 +351,7 @@ class PgOrderStore(PgWriteEngine):
             "now": now,
             "expires_at": now + timedelta(seconds=lease_s),
         }
-        self._kept.pop(claim.order_id, None)  # its lease changes: read the order next time
+        self._forget_copy(claim.order_id)  # its lease changes: read the order next time
         async with self._db.connection("renew_lease") as conn:
             return await execute(conn, "renew_lease", params) == 1
 
@@ -429,7 +429,7 @@ def claim_params(owner: str, now: datetime, limit: int, lease_s: float) -> dict[
     }
 
 
-def _claimed(found: Sequence[rows.Row]) -> tuple[list[Claim], dict[UUID, Kept]]:
+def _claimed(found: Sequence[rows.Row]) -> tuple[list[Claim], dict[UUID, KeptCopy]]:
     """The claims a `claim_due` statement returned, and per claimed order the copy its
     start is decided on: what the statement read, with the claims put in."""
     claims = [rows.claim_from_row(r) for r in found]
@@ -456,6 +456,6 @@ class PlainPgOrderStore(PgOrderStore):
         async with self._db.connection("create") as conn:
             await insert_new_order(conn, change, one_order=self.distributed)
 
-    def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
+    def _keep_copy(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
         """No kept copies."""
         del order_id, version, aggregate

@@ -5,11 +5,11 @@ Three parts, each named where it is defined:
 - the **create batcher** (`create`, a `SingleWriter` as the executor's results have): one
   writer task sends every create queued while its previous statement ran as one
   `apply_changes` statement (a group commit of creates);
-- the **kept copies** (`Kept`, `_keep`): per order this store wrote or claimed a step of last,
-  the version and aggregate it wrote, so the order's next change is decided without a locking
-  read; a copy is dropped whenever something else may have changed its order (an API update,
-  a claim, a lease renewal, a stale write);
-- the **write rounds** (`_rounds`, `_write_rounds`): a group commit (`update_many`, and the
+- the **kept copies** (`KeptCopy`, `_keep_copy`, `_forget_copy`): per order this store wrote
+  or claimed a step of last, the version and aggregate it wrote, so the order's next change is
+  decided without a locking read; a copy is dropped (`_forget_copy`) whenever something else
+  may have changed its order (an API update, a claim, a lease renewal, a stale write);
+- the **write rounds** (`write_rounds`, `_write_rounds`): a group commit (`update_many`, and the
   starts of `claim_and_start`) split into rounds in which each order appears once, each round
   one `apply_changes` statement whose documents are fenced by their guards (`_commit`).
 
@@ -62,7 +62,7 @@ log = logging.getLogger("orderflow.store")
 KEPT_ORDERS = 10_000
 # A kept copy of an order (the cache the group commit decides on without a locking read): its
 # version and its aggregate as this store last wrote or claimed it.
-Kept = tuple[int, OrderAggregate]
+KeptCopy = tuple[int, OrderAggregate]
 # The most creates one statement carries (what queued beyond waits for the next).
 MAX_CREATES_PER_COMMIT = 64
 
@@ -77,7 +77,7 @@ class PgWriteEngine:
     _create_batcher: SingleWriter[Change, None]
     # Per order this store wrote or claimed a step of last: (version, aggregate) as written
     # or as the claim read it with the claim put in, oldest first.
-    _kept: OrderedDict[UUID, Kept]
+    _kept_copies: OrderedDict[UUID, KeptCopy]
     distributed: bool
 
     async def create(self, change: Change) -> None:
@@ -130,7 +130,7 @@ class PgWriteEngine:
         the client more CPU than the round trips it saves on a local server.) A change fenced
         off at the write wrote nothing; only its rejection is recorded. A copy of the order
         this store kept is dropped (none is kept from here: API commands rarely repeat)."""
-        self._kept.pop(order_id, None)
+        self._forget_copy(order_id)
         async with self._db.connection("update") as conn, conn.transaction():
             aggregate = await read_aggregate(conn, order_id, lock=True)
             if aggregate is None:
@@ -168,11 +168,11 @@ class PgWriteEngine:
             return [results[i] for i in range(len(updates))]
         except StoreUnavailable:
             for order_id, _ in updates:
-                self._kept.pop(order_id, None)
+                self._forget_copy(order_id)
             raise
         except Exception as exc:
             for order_id, _ in updates:
-                self._kept.pop(order_id, None)
+                self._forget_copy(order_id)
             if len(updates) == 1:
                 return [exc]
             log.warning(
@@ -205,15 +205,15 @@ class PgWriteEngine:
         kept: bool,
     ) -> list[int]:
         """Commit `indices` of `updates` into `results`; the indices whose kept copy was stale."""
-        rounds = _rounds(updates, indices)
-        copies = _copies(updates, rounds, self._kept if kept else {})
+        rounds = write_rounds(updates, indices)
+        copies = first_round_copies(updates, rounds, self._kept_copies if kept else {})
         reads = len(rounds) > 1 or len(copies) < len(rounds[0])
         async with self._db.connection("update_many") as conn:
             transaction = conn.transaction() if reads else contextlib.nullcontext()
             async with transaction:
                 written, stale = await self._write_rounds(conn, updates, rounds, copies, results)
         for order_id, version, aggregate in written:  # committed: keep what was written
-            self._keep(order_id, version, aggregate)
+            self._keep_copy(order_id, version, aggregate)
         return stale
 
     async def _write_rounds(
@@ -221,7 +221,7 @@ class PgWriteEngine:
         conn: Connection,
         updates: Sequence[tuple[UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
         rounds: list[list[int]],
-        copies: dict[int, Kept],
+        copies: dict[int, KeptCopy],
         results: dict[int, T | Exception],
     ) -> tuple[list[tuple[UUID, int, OrderAggregate]], list[int]]:
         """Each round's decisions and documents on `conn` (inside the caller's transaction
@@ -234,22 +234,28 @@ class PgWriteEngine:
             await self._update_round(conn, batch, results, copies, written, stale)
         return written, stale
 
-    def _keep(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
+    def _keep_copy(self, order_id: UUID, version: int, aggregate: OrderAggregate) -> None:
         """The kept copies: remember what was written of an order (newest last), if a worker
         will come back to it, forgetting the oldest beyond `KEPT_ORDERS`."""
-        self._kept.pop(order_id, None)
+        self._forget_copy(order_id)
         if not any(step.is_due_or_running for step in aggregate.steps):
             return  # nothing left for a worker to come back to
-        self._kept[order_id] = (version, aggregate)
-        while len(self._kept) > KEPT_ORDERS:
-            self._kept.pop(next(iter(self._kept)))
+        self._kept_copies[order_id] = (version, aggregate)
+        while len(self._kept_copies) > KEPT_ORDERS:
+            self._kept_copies.pop(next(iter(self._kept_copies)))
+
+    def _forget_copy(self, order_id: UUID) -> None:
+        """The kept copies: drop an order's, because something other than this store's last
+        write may have changed the order since (an API update, a claim, a lease renewal, a
+        stale write); its next change reads it afresh."""
+        self._kept_copies.pop(order_id, None)
 
     async def _update_round(
         self,
         conn: Connection,
         updates: list[tuple[int, UUID, Callable[[OrderAggregate], tuple[Change, T]]]],
         results: dict[int, T | Exception],
-        copies: dict[int, Kept],
+        copies: dict[int, KeptCopy],
         written: list[tuple[UUID, int, OrderAggregate]],
         stale: list[int],
     ) -> None:
@@ -300,7 +306,7 @@ class PgWriteEngine:
                 version = entry.version + 1 if entry.raises_version else entry.version
                 written.append((entry.order_id, version, entry.before.with_change(entry.change)))
             elif entry.from_copy:  # the order moved on since this store wrote it
-                self._kept.pop(entry.order_id, None)
+                self._forget_copy(entry.order_id)
                 stale.append(entry.index)
             else:  # a concurrent writer won after all (its rejection is written)
                 results[entry.index] = ConcurrentUpdate(
@@ -318,7 +324,7 @@ class PgWriteEngine:
         """A change with an idempotency key or an event id: the single-order way, inside the
         batch's transaction."""
         order_id = aggregate.order.order_id
-        self._kept.pop(order_id, None)
+        self._forget_copy(order_id)
         try:
             written = await self._commit_alone(conn, aggregate, change)
         except DuplicateIdempotencyKey as exc:
@@ -335,7 +341,7 @@ class PgWriteEngine:
         commit's documents are (`_document`, `_commit`)."""
         if change.idempotency is not None:
             idem = change.idempotency
-            key = _idempotency_key(idem.user_id, idem.scope, idem.key)
+            key = idempotency_key_params(idem.user_id, idem.scope, idem.key)
             if await fetch_one(conn, "find_idempotency", key) is not None:
                 raise DuplicateIdempotencyKey("idempotency key already used")
         if change.processed_event_id is not None:
@@ -419,7 +425,7 @@ def _document(
     return doc, _Sent(index, order_id, version, before, change, from_copy, "order" in doc)
 
 
-def _idempotency_key(user_id: str, scope: str, key: str) -> dict[str, Any]:
+def idempotency_key_params(user_id: str, scope: str, key: str) -> dict[str, Any]:
     """The parameters of `find_idempotency`: the key and where it is kept."""
     placement = ids.idempotency_placement(user_id, scope, key)
     return {"placement": placement, "user_id": user_id, "scope": scope, "key": key}
@@ -432,9 +438,9 @@ async def _apply(conn: Connection, docs: list[dict[str, Any]], *, one_order: boo
     return await apply_documents(conn, docs)
 
 
-def _copies(
-    updates: Sequence[tuple[UUID, object]], rounds: list[list[int]], source: Mapping[UUID, Kept]
-) -> dict[int, Kept]:
+def first_round_copies(
+    updates: Sequence[tuple[UUID, object]], rounds: list[list[int]], source: Mapping[UUID, KeptCopy]
+) -> dict[int, KeptCopy]:
     """The copies to decide the first round on, by update index: only when every order is in
     one round (a second change of an order is decided on what its first one wrote)."""
     if len(rounds) != 1:
@@ -442,7 +448,7 @@ def _copies(
     return {i: source[updates[i][0]] for i in rounds[0] if updates[i][0] in source}
 
 
-def _rounds(updates: Sequence[tuple[UUID, object]], indices: Iterable[int]) -> list[list[int]]:
+def write_rounds(updates: Sequence[tuple[UUID, object]], indices: Iterable[int]) -> list[list[int]]:
     """The write rounds: `indices` split into rounds in which each order appears once, in the
     given order."""
     rounds: list[list[int]] = []
