@@ -19,7 +19,7 @@ from orderflow_core.context import Context, Timing
 from orderflow_core.errors import ConcurrentUpdate, NotFound, StoreUnavailable
 from orderflow_core.model import Change, Claim, OrderAggregate
 from orderflow_core.observe import NULL_OBSERVER, AttemptObservation, Observer
-from orderflow_core.outcomes import Outcome, UnknownOutcome, outcome_name
+from orderflow_core.outcomes import Outcome, Succeeded, UnknownOutcome, outcome_name
 from orderflow_core.ports import ClaimsWithStarts, Clock, Services, UnitOfWork
 from orderflow_core.steps.definition import CallPlan
 from orderflow_core.steps.registry import perform
@@ -47,6 +47,7 @@ class _Started:
     plan: CallPlan | None
     taken_over: bool = False
     trace_parent: str | None = None
+    process_version: int | None = None
 
 
 @attrs.frozen
@@ -59,6 +60,7 @@ class _Decided:
     rejected: str | None
     recorded: str | None
     trace_parent: str | None
+    process_version: int
 
 
 class Executor:
@@ -93,6 +95,9 @@ class Executor:
         # The creating request's trace context of the order of each step about to run, read
         # from the aggregate while it is locked (for the attempt span's link), by step id.
         self._trace_parents: dict[UUID, str | None] = {}
+        # The process version of the order of each step about to run, by step id: whether its
+        # success ends the main sequence (`saga.success_ends_sequence`) is known from it.
+        self._versions: dict[UUID, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         # Tasks whose slot was given back when their last result was decided: they only wait
         # for its commit (a new claim may use the slot meanwhile); `stop` still waits for them.
@@ -236,6 +241,8 @@ class Executor:
                     self.observer.lease_taken_over(claim)
                 if result.plan is not None:
                     self._trace_parents[claim.step_id] = result.trace_parent
+                    if result.process_version is not None:
+                        self._versions[claim.step_id] = result.process_version
                     started.append((claim, result.plan))
         return started
 
@@ -249,7 +256,9 @@ class Executor:
         if step is None or not saga.guard_holds(agg, claim, ctx):
             return change, _Started(plan)
         taken_over = any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts)
-        return change, _Started(plan, taken_over, agg.order.trace_parent)
+        return change, _Started(
+            plan, taken_over, agg.order.trace_parent, agg.order.process_version
+        )
 
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
@@ -373,11 +382,12 @@ class Executor:
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt
         trace_parent = self._trace_parents.pop(claim.step_id, None)
+        version = self._versions.pop(claim.step_id, None)
         with self.observer.step_attempt(claim, self.worker_id, trace_parent) as observed:
-            return await self._observed_attempt(claim, plan, observed)
+            return await self._observed_attempt(claim, plan, observed, version)
 
     async def _observed_attempt(
-        self, claim: Claim, plan: CallPlan, observed: AttemptObservation
+        self, claim: Claim, plan: CallPlan, observed: AttemptObservation, version: int | None
     ) -> tuple[Claim, CallPlan] | None:
         await self._checkpoint("before_call", claim)
         if self.clock.now() >= claim.lease_expires_at:
@@ -385,11 +395,17 @@ class Executor:
             raise LeaseLost(f"lease of step {claim.step_id} ran out before the call")
         outcome = await self._call_with_lease(claim, plan)
         await self._checkpoint("after_call", claim)
-        chain = self.timing.chain_steps and not self._stopping.is_set()
+        chain = (
+            self.timing.chain_steps
+            and not self._stopping.is_set()
+            and not _ends_sequence(version, claim, outcome)
+        )
         observed.finished(outcome_name(outcome))
         if not chain:
-            # This result chains nothing, so it is the task's last commit: its slot is given
-            # back now, free for a claim while the commit runs.
+            # This result chains nothing (chaining off, stopping, or a success that ends the
+            # main sequence), so it is the task's last commit: its slot is given back now,
+            # free for a claim while the commit runs. Decided with `chain` false, it cannot
+            # chain however often the store decides it.
             task = asyncio.current_task()
             if task is not None:
                 self._give_back_slot(task)
@@ -401,7 +417,9 @@ class Executor:
             rejected = None if saga.guard_holds(agg, claim, ctx) else _why_stale(agg, claim)
             change, following = saga.decide_result(agg, claim, outcome, ctx, chain=chain)
             recorded = _recorded_outcome(change, claim)
-            return change, _Decided(following, rejected, recorded, agg.order.trace_parent)
+            return change, _Decided(
+                following, rejected, recorded, agg.order.trace_parent, agg.order.process_version
+            )
 
         try:
             decided = await self.commits.update(claim.order_id, decide)
@@ -425,6 +443,7 @@ class Executor:
         following = decided.following
         if following is not None:
             self._trace_parents[following[0].step_id] = decided.trace_parent
+            self._versions[following[0].step_id] = decided.process_version
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of
@@ -477,6 +496,15 @@ class Executor:
                 call.cancel()
                 return True
         return False
+
+
+def _ends_sequence(version: int | None, claim: Claim, outcome: Outcome) -> bool:
+    """The attempt's success ends its order's main sequence (version unknown: not known)."""
+    return (
+        version is not None
+        and isinstance(outcome, Succeeded)
+        and saga.success_ends_sequence(version, claim.kind)
+    )
 
 
 def _why_stale(aggregate: OrderAggregate, claim: Claim) -> str:

@@ -49,6 +49,18 @@ def decide_start(
 Next = tuple[Claim, CallPlan] | None
 
 
+def success_ends_sequence(version: int, kind: StepKind) -> bool:
+    """Whether a success of `kind` in process `version` leaves no step for its executor to
+    chain: the kind is on the version's main sequence and no mainline kind follows it (version
+    1's ship; version 2's ship, followed by the notification beside the sequence). Known before
+    the result is decided, so the executor frees the attempt's slot before its commit instead of
+    after. A kind not on the sequence (a reconciliation, whose success leads to shipping) may
+    chain; so may any other outcome."""
+    process = process_for(version)
+    on_sequence = kind == process.first or any(kind in ks for ks in process.then.values())
+    return on_sequence and not any(STEPS[k].mainline for k in process.then.get(kind, ()))
+
+
 def decide_result(
     aggregate: OrderAggregate,
     claim: Claim,

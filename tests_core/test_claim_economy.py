@@ -33,9 +33,10 @@ class CountingStore(BatchingMemoryStore):
         self.claims: list[int] = []  # how many steps each claim returned
         self.claimed_and_started: list[int] = []  # the same, per claim_and_start call
         self.batches: list[list[Any]] = []  # the order ids of each group commit
-        # When set: the first group commit that ships an order returns only once it is set
-        # (decided and stored, its round trip not yet back).
+        # When set: a group commit after which one of its orders is in one of `hold_states`
+        # returns only once it is set (decided and stored, its round trip not yet back).
         self.hold_shipping: asyncio.Event | None = None
+        self.hold_states = frozenset({OrderState.SHIPPED})
         self.held = 0
 
     async def update_many(self, updates: Any) -> Any:
@@ -43,10 +44,18 @@ class CountingStore(BatchingMemoryStore):
         self.batches.append(ids)
         results = await super().update_many(updates)
         gate = self.hold_shipping
-        if gate is not None and not gate.is_set() and await self.shipped(ids, any_of=True):
+        if gate is not None and not gate.is_set() and await self.reached(ids):
             self.held += 1
             await gate.wait()
         return results
+
+    async def reached(self, order_ids: list[Any]) -> bool:
+        """One of the orders is in one of `hold_states`."""
+        for order_id in order_ids:
+            aggregate = await self.load(order_id)
+            if aggregate is not None and aggregate.order.state in self.hold_states:
+                return True
+        return False
 
     async def shipped(self, order_ids: list[Any], *, any_of: bool = False) -> bool:
         states = [
@@ -251,16 +260,41 @@ def test_the_slot_of_a_result_that_cannot_chain_is_given_back_before_its_commit(
     assert sum(claims) == 6, "reserve, charge and ship of each order, each claimed"
 
 
+def test_the_slot_of_a_success_that_ends_the_sequence_is_given_back_before_its_commit() -> None:
+    async def scenario() -> tuple[int, list[int], list[int]]:
+        node = Node(max_concurrent=1)
+        order_ids = [await node.create() for _ in range(2)]
+        gate = node.store.hold_shipping = asyncio.Event()
+        running = asyncio.create_task(node.executor.run())
+        # One slot, chaining on: the first order's chain runs to its ship result, whose commit
+        # is held. A ship success ends the main sequence, which the executor knows from the
+        # order's process version before deciding, so it decides it without chaining and the
+        # slot is free while the commit runs: the second order is claimed meanwhile.
+        await _until(lambda: _true(node.store.held), "the last commit of the first order held")
+        await _until(lambda: _true(len(node.store.claims) == 2), "a claim while it is held")
+        claims_while_held = list(node.store.claims)
+        gate.set()
+        claims = await node.claims_once_done(order_ids, running)
+        return node.store.held, claims_while_held, claims
+
+    held, claims_while_held, claims = asyncio.run(scenario())
+    assert held == 1
+    assert claims_while_held == [1, 1], "the second order claimed while the first's commit ran"
+    assert sum(claims) == 2, "each order ran as one chain from its one claim"
+
+
 def test_the_slot_of_a_chaining_result_is_held_until_its_commit_returns() -> None:
     async def scenario() -> tuple[int, int, list[int], list[int]]:
         node = Node(max_concurrent=1)
         order_ids = [await node.create() for _ in range(2)]
         gate = node.store.hold_shipping = asyncio.Event()
+        # The charge result's commit: it chains the ship step, so the order is shipping.
+        node.store.hold_states = frozenset({OrderState.SHIPPING})
         running = asyncio.create_task(node.executor.run())
-        # One slot: the first order's chain runs to its ship result, whose commit is held.
-        # Whether a result chains is known only from the decision the store returns (which
-        # may be taken twice), so the slot stays with the task until that commit returned.
-        await _until(lambda: _true(node.store.held), "the last commit of the first order held")
+        # One slot: the first order's charge result, which chains its shipping, is held in its
+        # commit. Whether such a result chains is known only from the decision the store
+        # returns (which may be taken twice), so the slot stays with the task until then.
+        await _until(lambda: _true(node.store.held), "the charge's commit held")
         await _settle_loop()
         free_while_held, claims_while_held = node.executor.free_slots, list(node.store.claims)
         gate.set()
@@ -270,7 +304,7 @@ def test_the_slot_of_a_chaining_result_is_held_until_its_commit_returns() -> Non
     held, free_while_held, claims_while_held, claims = asyncio.run(scenario())
     assert held == 1
     assert free_while_held == 0
-    assert claims_while_held == [1], "no claim while the slot's last commit runs"
+    assert claims_while_held == [1], "no claim while the chaining result's commit runs"
     assert sum(claims) == 2
 
 

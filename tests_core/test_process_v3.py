@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from orderflow_core import Item, OrderState, StepKind, process
+from orderflow_core import Item, OrderState, StepKind, process, saga
 from orderflow_core.process import EDGES_V1, PROCESSES, THEN_V1, Process, process_for
 from orderflow_core.steps.registry import STEPS, current_step, services_needed
 from tests_core import fraud_check
@@ -101,6 +101,22 @@ def test_the_version_owns_the_sequence_and_needs_no_new_service() -> None:
     assert set(PROCESSES) == {1, 2}
     assert fraud_check.FRAUD_CHECK not in STEPS
     assert process_for(2).then[StepKind.RESERVE] == (StepKind.CHARGE,)
+
+
+def test_which_successes_end_the_sequence_follows_each_versions_then() -> None:
+    """`success_ends_sequence` (the executor frees a slot before such a result's commit): true
+    only for a kind on the version's sequence with no mainline kind after it."""
+    ends = saga.success_ends_sequence
+    assert [ends(1, k) for k in (StepKind.RESERVE, StepKind.CHARGE, StepKind.SHIP)] == [
+        False, False, True]
+    assert ends(2, StepKind.SHIP)  # the notification after it runs beside the sequence
+    assert ends(2, StepKind.NOTIFY_CUSTOMER)
+    assert not ends(1, StepKind.RECONCILE_PAYMENT)  # off the sequence: its success ships
+    assert not ends(1, StepKind.REFUND)
+    with fraud_check.registered():
+        assert not ends(fraud_check.VERSION, fraud_check.FRAUD_CHECK)  # the charge follows
+        assert not ends(fraud_check.VERSION, StepKind.RESERVE)
+        assert ends(fraud_check.VERSION, StepKind.SHIP)
 
 
 def test_version_3_touches_no_product_file() -> None:
