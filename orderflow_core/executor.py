@@ -39,28 +39,44 @@ class LeaseLost(Exception):
 
 
 @attrs.frozen
+class _OrderFacts:
+    """What the executor keeps of a step's order between deciding and the call, read from the
+    aggregate while it was locked: the creating request's trace context (for the attempt
+    span's link) and the process version (whether a success ends the main sequence,
+    `saga.success_ends_sequence`)."""
+
+    trace_parent: str | None
+    process_version: int | None
+
+    @classmethod
+    def of(cls, agg: OrderAggregate) -> _OrderFacts:
+        return cls(agg.order.trace_parent, agg.order.process_version)
+
+
+_NO_FACTS = _OrderFacts(None, None)
+
+
+@attrs.frozen
 class _Started:
     """What deciding a claim's start found, for the executor to act on once the store returned
     it: the call to make (None: none), whether an earlier attempt of the step never reported
-    back (a takeover), and the order's creating trace context."""
+    back (a takeover), and the order's facts."""
 
     plan: CallPlan | None
     taken_over: bool = False
-    trace_parent: str | None = None
-    process_version: int | None = None
+    facts: _OrderFacts = _NO_FACTS
 
 
 @attrs.frozen
 class _Decided:
     """What deciding an attempt's result found, acted on once the store returned it: the step
     it chained (None: none), why the result was rejected as stale (None: it was not), the
-    outcome its change records for the attempt, and the order's creating trace context."""
+    outcome its change records for the attempt, and the order's facts."""
 
     following: tuple[Claim, CallPlan] | None
     rejected: str | None
     recorded: str | None
-    trace_parent: str | None
-    process_version: int
+    facts: _OrderFacts
 
 
 class Executor:
@@ -92,12 +108,9 @@ class Executor:
         self._new_id = new_id
         self._random = random
         self.observer = observer
-        # The creating request's trace context of the order of each step about to run, read
-        # from the aggregate while it is locked (for the attempt span's link), by step id.
-        self._trace_parents: dict[UUID, str | None] = {}
-        # The process version of the order of each step about to run, by step id: whether its
-        # success ends the main sequence (`saga.success_ends_sequence`) is known from it.
-        self._versions: dict[UUID, int] = {}
+        # The facts of the order of each step about to run, by step id, from its start's or
+        # its chaining result's decision until its attempt begins.
+        self._facts: dict[UUID, _OrderFacts] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         # Tasks whose slot was given back when their last result was decided: they only wait
         # for its commit (a new claim may use the slot meanwhile); `stop` still waits for them.
@@ -240,25 +253,21 @@ class Executor:
                 if result.taken_over:
                     self.observer.lease_taken_over(claim)
                 if result.plan is not None:
-                    self._trace_parents[claim.step_id] = result.trace_parent
-                    if result.process_version is not None:
-                        self._versions[claim.step_id] = result.process_version
+                    self._facts[claim.step_id] = result.facts
                     started.append((claim, result.plan))
         return started
 
     def _decide_start(self, claim: Claim, agg: OrderAggregate) -> tuple[Change, _Started]:
         """`saga.decide_start`, with what the executor acts on once it is committed: a
         takeover (an earlier attempt of the step never reported back) for the observer, and
-        the order's trace context. Free of side effects: a store may call it twice."""
+        the order's facts. Free of side effects: a store may call it twice."""
         ctx = self._ctx()
         change, plan = saga.decide_start(agg, claim, ctx)
         step = agg.step(claim.step_id)
         if step is None or not saga.guard_holds(agg, claim, ctx):
             return change, _Started(plan)
         taken_over = any(a.outcome is None and a.attempt < claim.attempt for a in step.attempts)
-        return change, _Started(
-            plan, taken_over, agg.order.trace_parent, agg.order.process_version
-        )
+        return change, _Started(plan, taken_over, _OrderFacts.of(agg))
 
     async def run(self) -> None:
         """Claim and run steps until `stop()`; polls, and wakes early on `wake()`."""
@@ -381,10 +390,9 @@ class Executor:
 
     async def _attempt(self, claim: Claim, plan: CallPlan) -> tuple[Claim, CallPlan] | None:
         logfields.bind_step(claim, self.worker_id)  # log lines from here on name this attempt
-        trace_parent = self._trace_parents.pop(claim.step_id, None)
-        version = self._versions.pop(claim.step_id, None)
-        with self.observer.step_attempt(claim, self.worker_id, trace_parent) as observed:
-            return await self._observed_attempt(claim, plan, observed, version)
+        facts = self._facts.pop(claim.step_id, _NO_FACTS)
+        with self.observer.step_attempt(claim, self.worker_id, facts.trace_parent) as observed:
+            return await self._observed_attempt(claim, plan, observed, facts.process_version)
 
     async def _observed_attempt(
         self, claim: Claim, plan: CallPlan, observed: AttemptObservation, version: int | None
@@ -417,9 +425,7 @@ class Executor:
             rejected = None if saga.guard_holds(agg, claim, ctx) else _why_stale(agg, claim)
             change, following = saga.decide_result(agg, claim, outcome, ctx, chain=chain)
             recorded = _recorded_outcome(change, claim)
-            return change, _Decided(
-                following, rejected, recorded, agg.order.trace_parent, agg.order.process_version
-            )
+            return change, _Decided(following, rejected, recorded, _OrderFacts.of(agg))
 
         try:
             decided = await self.commits.update(claim.order_id, decide)
@@ -442,8 +448,7 @@ class Executor:
             )
         following = decided.following
         if following is not None:
-            self._trace_parents[following[0].step_id] = decided.trace_parent
-            self._versions[following[0].step_id] = decided.process_version
+            self._facts[following[0].step_id] = decided.facts
         await self._checkpoint("after_commit", claim)
         # `decide_result` chains only while the claim's guard holds on the locked aggregate it
         # was given; a store that fences such a change off after all raises instead of

@@ -26,7 +26,7 @@ def _executor_state(executor: Executor, seen: Recording) -> tuple[Any, ...]:
     """Everything of the executor (and its observer) a decision could touch."""
     return (
         executor.free_slots,
-        dict(executor._trace_parents),
+        dict(executor._facts),
         frozenset(executor._in_flight),
         frozenset(executor._finishing),
         list(seen.claims),
