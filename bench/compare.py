@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from bench import cpu, launch, machine, pgadmin, report, run, scenario
+from bench import cpu, launch, machine, peer, pgadmin, report, run, scenario
 
 LOW_LATENCY_MS = 20
 
@@ -55,12 +55,35 @@ async def idle(setup: scenario.Setup, seconds: float, latency: int) -> dict[str,
 
 async def low_load(setup: scenario.Setup, rate: float, seconds: float,
                    latency: int) -> dict[str, Any]:
+    """Ours in an open loop at `rate` orders/s, then the cost floor offered the same orders at
+    the same rate (bench/floor.py's open loop): what each spends per order when nothing else
+    is in flight to share a commit or a wake-up with, and their latencies."""
     figures = await scenario.run(setup, f"low_{round(rate)}", latency=latency, workers=1,
                                  load_spec=scenario.Load(rate=rate, seconds=seconds))
     keep = ("offered_rate", "orders_per_s", "mocks_latency_ms", "xacts_per_order",
             "statements_per_order", "created_to_shipped_ms", "post_latency_ms",
             "cpu_ms_per_order", "cpu_total_ms_per_order", "statements_by_name_per_order")
-    return {k: figures.get(k) for k in keep}
+    ours = {k: figures.get(k) for k in keep}
+    floor = await peer.run(setup, peer.FLOOR, latency=latency,
+                           orders=max(1, round(rate * seconds)), concurrency=setup.concurrency,
+                           options={"floor_rate": rate})
+    ours["floor"] = {k: floor.get(k) for k in (
+        "offered_rate", "chains_per_s", "xacts_per_chain", "chain_latency_ms",
+        "cpu_ms_per_order", "cpu_total_ms_per_order", "error") if floor.get(k) is not None}
+    return ours | against_floor(ours)
+
+
+def against_floor(low: dict[str, Any]) -> dict[str, float | None]:
+    """Ours ÷ the floor at the same offered rate: CPU per order (every process of each) and
+    the median latency (created→shipped against the floor's first call to last commit)."""
+    floor = low.get("floor") or {}
+    cpu_ours, cpu_floor = low.get("cpu_total_ms_per_order"), floor.get("cpu_total_ms_per_order")
+    p50_ours = (low.get("created_to_shipped_ms") or {}).get("p50")
+    p50_floor = (floor.get("chain_latency_ms") or {}).get("p50")
+    return {
+        "floor_cpu_ratio": round(cpu_ours / cpu_floor, 2) if cpu_ours and cpu_floor else None,
+        "floor_p50_ratio": round(p50_ours / p50_floor, 2) if p50_ours and p50_floor else None,
+    }
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -73,10 +96,33 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['options']['dbos_mode']}, polling {results['options']['dbos_polling']:g}"
              f" s, {results['options']['dbos_enqueue_batch']} enqueued per transaction."]
     lines += report._pair_lines(results)
-    for section in ("low_load", "idle"):
-        if results.get(section):
-            lines += ["", f"{section}: `{json.dumps(results[section])}`"]
+    if results.get("low_load"):
+        lines += low_load_lines(results["low_load"])
+    if results.get("idle"):
+        lines += ["", f"idle: `{json.dumps(results['idle'])}`"]
     return "\n".join(lines) + "\n"
+
+
+def low_load_lines(low: dict[str, Any]) -> list[str]:
+    """The low-load run and the floor's at the same rate, as a table."""
+    floor = low.get("floor") or {}
+    flow = low.get("created_to_shipped_ms") or {}
+    chain = floor.get("chain_latency_ms") or {}
+    return [
+        "", f"Low load: an open loop at {low.get('offered_rate')} orders/s, mocks "
+        f"{low.get('mocks_latency_ms')} ms, ours (1 worker) and the floor offered the same rate:",
+        "",
+        "| | orders/s | CPU ms/order (by process) | total | p50 / p99 ms | xacts/order |",
+        "|---|---|---|---|---|---|",
+        f"| orderflow | {low.get('orders_per_s')} | {low.get('cpu_ms_per_order')} | "
+        f"{low.get('cpu_total_ms_per_order')} | {flow.get('p50')} / {flow.get('p99')} | "
+        f"{low.get('xacts_per_order')} |",
+        f"| floor | {floor.get('chains_per_s')} | {floor.get('cpu_ms_per_order')} | "
+        f"{floor.get('cpu_total_ms_per_order')} | {chain.get('p50')} / {chain.get('p99')} | "
+        f"{floor.get('xacts_per_chain')} |",
+        "", f"ours ÷ floor: CPU per order {low.get('floor_cpu_ratio')}, p50 "
+        f"{low.get('floor_p50_ratio')}",
+    ]
 
 
 async def main_async(args: Any) -> dict[str, Any]:

@@ -11,9 +11,13 @@ against (the floor ratio; docs/benchmark.md).
 
 Run by the bench as a process of its own, on orderflow's interpreter (psycopg 3, aiohttp,
 uvloop where installed: the libraries our processes use):
-    python -m bench.floor DB_URL MOCKS_URL ORDERS CONCURRENCY
-It prints `{"load": "start"}` before its first order and `{"load": "end"}` after its last
-commit (the bench reads the processes' CPU at both), then one JSON line of figures.
+    python -m bench.floor DB_URL MOCKS_URL ORDERS CONCURRENCY [RATE]
+With RATE (orders/s) it is an open loop, as the bench's low-load run of orderflow: order i
+starts at i / RATE s (a deadline schedule), at most CONCURRENCY orders in flight, and an
+order's latency counts from its scheduled start. Without it, CONCURRENCY slots take orders as
+fast as they finish (closed loop). It prints `{"load": "start"}` before its first order and
+`{"load": "end"}` after its last commit (the bench reads the processes' CPU at both), then one
+JSON line of figures.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ def _pct(values: list[float], p: int) -> float | None:
     return round(ordered[max(1, -(-p * len(ordered) // 100)) - 1] * 1000, 1) if ordered else None
 
 
-async def main(url: str, mocks: str, orders: int, concurrency: int) -> None:
+async def main(url: str, mocks: str, orders: int, concurrency: int, rate: float = 0.0) -> None:
     mocks = mocks.rstrip("/")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(CREATE)
@@ -124,15 +128,36 @@ async def main(url: str, mocks: str, orders: int, concurrency: int) -> None:
                         failures += 1
                     latencies.append(time.monotonic() - began)
 
+            slots = asyncio.Semaphore(concurrency)
+
+            async def scheduled(order: str, due: float) -> None:
+                nonlocal failures
+                async with slots:
+                    if not await _order(session, mocks, writer, order):
+                        failures += 1
+                latencies.append(time.monotonic() - due)
+
+            async def open_loop() -> None:
+                tasks = []
+                for i, order in enumerate(ids):
+                    due = started + i / rate
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    tasks.append(asyncio.create_task(scheduled(order, due)))
+                await asyncio.gather(*tasks)
+
             print(json.dumps({"load": "start", "cpu_s": _cpu_s()}), flush=True)
             started = time.monotonic()
-            await asyncio.gather(*(slot() for _ in range(concurrency)))
+            if rate > 0:
+                await open_loop()
+            else:
+                await asyncio.gather(*(slot() for _ in range(concurrency)))
             elapsed = time.monotonic() - started
             print(json.dumps({"load": "end", "cpu_s": _cpu_s()}), flush=True)
         writing.cancel()
     print(json.dumps({
         "system": "floor",
         "orders": orders,
+        "offered_rate": rate or None,
         "chains_done": len(latencies),
         "call_failures": failures,
         "commits": writer.commits,
@@ -144,9 +169,10 @@ async def main(url: str, mocks: str, orders: int, concurrency: int) -> None:
 
 if __name__ == "__main__":
     db, mocks_url, n, conc = sys.argv[1:5]
+    offered = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     try:
         import uvloop
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run
-    runner(main(db, mocks_url, int(n), int(conc)))
+    runner(main(db, mocks_url, int(n), int(conc), offered))

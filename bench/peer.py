@@ -34,7 +34,8 @@ def argv_for(system: str, db_url: str, mocks_url: str, orders: int, concurrency:
     our processes use), `dbos…` and the job queues in bench/.peer-venv."""
     common = [db_url, mocks_url, str(orders), str(concurrency)]
     if system == FLOOR:
-        return [sys.executable, "-m", "bench.floor", *common]
+        rate = (options or {}).get("floor_rate")
+        return [sys.executable, "-m", "bench.floor", *common, *([str(rate)] if rate else [])]
     if system.startswith("dbos"):
         opts = options or {}
         return [str(peer_env.python()), str(DBOS_SCRIPT), *common,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import launch, peer, peer_env, report, scenario
+from bench import compare, launch, peer, peer_env, report, scenario
 
 pytestmark = pytest.mark.postgres
 
@@ -92,3 +92,25 @@ def test_a_run_is_read_against_the_floor_at_its_own_latency() -> None:
     assert report.pair_summary(pairs, "floor")[0]["ratios"] == [0.75, 0.75]
     assert report.pair_cpu_summary(pairs) == [
         {"mocks_latency_ms": 0, "ours": 6.5, "dbos": 14.0, "floor": 2.5}]
+
+
+def test_the_floor_offered_a_rate_starts_its_orders_on_that_schedule(admin_url: str) -> None:
+    rate = 40.0
+    result = asyncio.run(peer.run(_setup(admin_url), peer.FLOOR, latency=0, orders=ORDERS,
+                                  concurrency=4, options={"floor_rate": rate}))
+    _assert_ran_every_order(result)
+    assert result["offered_rate"] == rate
+    # An open loop: the last order cannot start before (ORDERS - 1) / rate s, however fast
+    # the calls and commits are (the closed loop of 12 orders at 0 ms takes far less).
+    assert result["elapsed_s"] >= (ORDERS - 1) / rate - 0.01
+    assert result["chains_per_s"] <= rate * ORDERS / (ORDERS - 1) + 0.5
+
+
+def test_the_low_load_run_is_read_against_the_floor_at_the_same_rate() -> None:
+    low = {"cpu_total_ms_per_order": 12.0, "created_to_shipped_ms": {"p50": 90.0},
+           "floor": {"cpu_total_ms_per_order": 4.0, "chain_latency_ms": {"p50": 72.0}}}
+    assert compare.against_floor(low) == {"floor_cpu_ratio": 3.0, "floor_p50_ratio": 1.25}
+    assert compare.against_floor({"floor": {"error": "timed out"}}) == {
+        "floor_cpu_ratio": None, "floor_p50_ratio": None}
+    lines = "\n".join(compare.low_load_lines({**low, **compare.against_floor(low)}))
+    assert "CPU per order 3.0, p50 1.25" in lines
