@@ -86,6 +86,12 @@ def against_floor(low: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def options_of(args: Any) -> dict[str, Any]:
+    """The options as the results keep them: the run's API token left out (the results are
+    committed; a token, even of a database dropped since, does not belong in them)."""
+    return {k: v for k, v in vars(args).items() if not k.endswith("token")}
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [f"# orderflow — alternated rounds ({results['date']})", "",
@@ -130,7 +136,7 @@ async def main_async(args: Any) -> dict[str, Any]:
     pgadmin.drop_leftovers(args.database_url, args.db_prefix)
     facts = machine.facts(args.database_url)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "machine": facts, "options": vars(args)}
+                               "machine": facts, "options": options_of(args)}
     setup = await run._prepare_template(setup, args.prefill)
     try:
         if args.idle_seconds > 0:

@@ -5,6 +5,7 @@ between the load's start and end."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -114,3 +115,8 @@ def test_the_low_load_run_is_read_against_the_floor_at_the_same_rate() -> None:
         "floor_cpu_ratio": None, "floor_p50_ratio": None}
     lines = "\n".join(compare.low_load_lines({**low, **compare.against_floor(low)}))
     assert "CPU per order 3.0, p50 1.25" in lines
+
+
+def test_the_compared_results_keep_no_token() -> None:
+    args = argparse.Namespace(peer_orders=10, customer_token="s3cret", operator_token="t0k")
+    assert compare.options_of(args) == {"peer_orders": 10}
