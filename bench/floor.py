@@ -120,22 +120,22 @@ async def main(url: str, mocks: str, orders: int, concurrency: int, rate: float 
         failures = 0
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100)) as session:
 
-            async def slot() -> None:
+            async def one(order: str, since: float) -> None:
+                """An order's three calls and writes, its latency counted from `since`."""
                 nonlocal failures
+                if not await _order(session, mocks, writer, order):
+                    failures += 1
+                latencies.append(time.monotonic() - since)
+
+            async def slot() -> None:
                 while ids:
-                    began = time.monotonic()
-                    if not await _order(session, mocks, writer, ids.pop()):
-                        failures += 1
-                    latencies.append(time.monotonic() - began)
+                    await one(ids.pop(), time.monotonic())
 
             slots = asyncio.Semaphore(concurrency)
 
             async def scheduled(order: str, due: float) -> None:
-                nonlocal failures
                 async with slots:
-                    if not await _order(session, mocks, writer, order):
-                        failures += 1
-                latencies.append(time.monotonic() - due)
+                    await one(order, due)
 
             async def open_loop() -> None:
                 tasks = []

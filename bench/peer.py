@@ -33,11 +33,11 @@ def argv_for(system: str, db_url: str, mocks_url: str, orders: int, concurrency:
     """The command line of one peer run: `floor` on orderflow's own interpreter (the libraries
     our processes use), `dbos…` and the job queues in bench/.peer-venv."""
     common = [db_url, mocks_url, str(orders), str(concurrency)]
+    opts = options or {}
     if system == FLOOR:
-        rate = (options or {}).get("floor_rate")
+        rate = opts.get("floor_rate")
         return [sys.executable, "-m", "bench.floor", *common, *([str(rate)] if rate else [])]
     if system.startswith("dbos"):
-        opts = options or {}
         return [str(peer_env.python()), str(DBOS_SCRIPT), *common,
                 str(opts.get("dbos_polling_s", DBOS_POLLING_S)),
                 str(opts.get("dbos_mode", DBOS_MODE)),
